@@ -1,0 +1,133 @@
+#include "dtrain/base/thread_pool.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "dtrain/base/env.h"
+#include "dtrain/base/error.h"
+
+namespace dtrain {
+
+ThreadPool::ThreadPool(int threads) {
+  if (threads < 1) throw ConfigError(fmt::format("thread count must be >= 1, got {}", threads));
+  workers_.reserve(static_cast<std::size_t>(threads - 1));
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    generation_.fetch_add(1);
+  }
+  wake_.notify_all();
+  for (auto& worker : workers_) worker.join();
+}
+
+void ThreadPool::run_share(int thread_index) {
+  const int stride = threads();
+  for (int task = thread_index; task < job_tasks_; task += stride) {
+    try {
+      (*job_)(task);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+}
+
+void ThreadPool::worker_loop(int index) {
+  std::uint64_t seen = 0;
+  for (;;) {
+    // Spin for a few microseconds: the next job of a training step usually comes that soon.
+    std::uint64_t now = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; spin < 20000 && now == seen; ++spin) {
+      now = generation_.load(std::memory_order_acquire);
+    }
+    if (now == seen) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      now = generation_.load(std::memory_order_acquire);
+    }
+    seen = now;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) return;
+    }
+    run_share(index);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::run(int tasks, const std::function<void(int)>& fn) {
+  if (tasks <= 0) return;
+  if (workers_.empty() || tasks == 1) {
+    for (int task = 0; task < tasks; ++task) fn(task);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &fn;
+    job_tasks_ = tasks;
+    error_ = nullptr;
+    pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  wake_.notify_all();
+  run_share(0);
+  while (pending_.load(std::memory_order_acquire) != 0) {
+    std::this_thread::yield();
+  }
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    error = error_;
+    error_ = nullptr;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+void ThreadPool::parallel_for(std::int64_t n, std::int64_t grain,
+                              const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  grain = std::max<std::int64_t>(grain, 1);
+  const std::int64_t parts = std::min<std::int64_t>(threads(), n / grain);
+  if (parts <= 1) {
+    if (n > 0) fn(0, n);
+    return;
+  }
+  run(static_cast<int>(parts), [&](int part) {
+    const std::int64_t begin = n * part / parts;
+    const std::int64_t end = n * (part + 1) / parts;
+    fn(begin, end);
+  });
+}
+
+namespace {
+std::mutex g_pool_mutex;
+std::unique_ptr<ThreadPool> g_pool;
+
+ThreadPool& pool_locked() {
+  if (!g_pool) {
+    g_pool = std::make_unique<ThreadPool>(static_cast<int>(env::get_int("DTRAIN_THREADS", 1)));
+  }
+  return *g_pool;
+}
+}  // namespace
+
+ThreadPool& compute_pool() {
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  return pool_locked();
+}
+
+void set_compute_threads(int threads) {
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  if (g_pool && g_pool->threads() == threads) return;
+  g_pool = std::make_unique<ThreadPool>(threads);
+}
+
+int compute_threads() {
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  return pool_locked().threads();
+}
+
+}  // namespace dtrain

@@ -1,0 +1,60 @@
+// A fixed pool of threads for intra-operation parallelism (splitting one GEMM or one element-wise
+// pass into per-thread slices).
+//
+// run(n, fn) calls fn(0) ... fn(n-1), task i on thread i % threads(), the calling thread taking
+// task 0's share, and returns when all are done; the first exception is rethrown. Workers spin
+// briefly before sleeping because the tasks of a training step are tens of microseconds apart and a
+// condition-variable wake-up costs about as much.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace dtrain {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Runs fn(task) for task in [0, tasks); tasks are dealt round-robin, task t on thread t % threads().
+  void run(int tasks, const std::function<void(int task)>& fn);
+
+  // Splits [0, n) into threads() contiguous ranges of at least `grain` items and runs
+  // fn(begin, end) on each; runs inline when n < 2 * grain.
+  void parallel_for(std::int64_t n, std::int64_t grain,
+                    const std::function<void(std::int64_t begin, std::int64_t end)>& fn);
+
+ private:
+  void worker_loop(int index);
+  void run_share(int thread_index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  bool stopping_ = false;
+  const std::function<void(int)>* job_ = nullptr;
+  int job_tasks_ = 0;
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+};
+
+// The process-wide pool used by tensor kernels; its size is set by set_compute_threads (default 1,
+// or DTRAIN_THREADS).
+ThreadPool& compute_pool();
+void set_compute_threads(int threads);
+int compute_threads();
+
+}  // namespace dtrain

@@ -1,0 +1,60 @@
+// Layer: one step of a model with an explicit forward and backward (no autograd tape).
+//
+// Life cycle, driven by Model:
+//   1. output_shape(input) checks that the layer fits its input and says what it produces; a misfit
+//      throws ShapeError naming the layer and both shapes.
+//   2. declare(store) names the layer's parameters and buffers (prefixed with name()).
+//   3. after store.finalize(), bind(store) takes views of them; init(rng) fills them.
+//   4. forward(x, ctx) returns the layer's own output buffer, valid until the next forward. The
+//      layer may keep a view of x: the caller keeps x alive and unchanged until backward.
+//   5. backward(dy, need_input_grad) ADDS the parameter gradients into the store's gradient buffer
+//      (so gradient accumulation over micro-batches is free; the trainer zeroes it per step) and
+//      returns dL/dx in a buffer of the layer's own, or an empty tensor when !need_input_grad (the
+//      first layer skips that product).
+// Shapes always carry the batch as dimension 0: (B, F) for features, (B, C, H, W) for images.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dtrain/base/rng.h"
+#include "dtrain/nn/param_store.h"
+#include "dtrain/tensor/tensor.h"
+
+namespace dtrain::nn {
+
+enum class Mode { kTrain, kEval };
+
+// What forward needs besides its input: the mode (batch norm, dropout) and, for layers that draw
+// random numbers, a seed and the global step so that every step and every layer has its own
+// counter-based stream (see base/rng.h).
+struct ForwardContext {
+  Mode mode = Mode::kTrain;
+  std::uint64_t seed = 0;
+  std::int64_t step = 0;
+};
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  // What the layer is, with its hyper-parameters: "Linear(784 -> 256)".
+  virtual std::string describe() const = 0;
+
+  virtual tensor::Shape output_shape(const tensor::Shape& input) const = 0;
+  virtual void declare(ParamStore& /*store*/) {}
+  virtual void bind(ParamStore& /*store*/) {}
+  virtual void init(Rng& /*rng*/) {}
+
+  virtual const tensor::Tensor& forward(const tensor::Tensor& x, const ForwardContext& ctx) = 0;
+  virtual const tensor::Tensor& backward(const tensor::Tensor& dy, bool need_input_grad) = 0;
+
+ private:
+  std::string name_;
+};
+
+}  // namespace dtrain::nn

@@ -1,0 +1,15 @@
+#include "dtrain/nn/model_zoo.h"
+
+#include "dtrain/base/error.h"
+
+namespace dtrain::nn {
+
+std::unique_ptr<Model> build_model(const ModelSpec& spec) {
+  if (spec.name == "mlp") return build_mlp(spec);
+  if (spec.name == "lenet5") return build_lenet5(spec);
+  if (spec.name == "resnet") return build_resnet(spec);
+  throw ConfigError(
+      fmt::format("model.name: unknown model '{}'; accepted: mlp, lenet5, resnet", spec.name));
+}
+
+}  // namespace dtrain::nn

@@ -1,0 +1,41 @@
+#include "dtrain/data/dataset.h"
+
+#include <cstring>
+
+#include "dtrain/base/error.h"
+
+namespace dtrain::data {
+
+std::string_view split_name(Split split) { return split == Split::kTrain ? "train" : "test"; }
+
+std::int64_t Dataset::size() const { return static_cast<std::int64_t>(labels.size()); }
+
+tensor::Shape Dataset::sample_shape() const {
+  if (images.ndim() != 4) return {};
+  return {images.dim(1), images.dim(2), images.dim(3)};
+}
+
+void gather_batch(const Dataset& data, std::span<const std::int64_t> indices, tensor::Tensor& x,
+                  std::vector<std::int32_t>& y) {
+  DTRAIN_CHECK(data.images.ndim() == 4 && data.images.dim(0) == data.size(),
+               "data set '{}' has images {} but {} labels", data.name,
+               tensor::shape_str(data.images.shape()), data.size());
+  const tensor::Shape sample = data.sample_shape();
+  const std::int64_t batch = static_cast<std::int64_t>(indices.size());
+  const std::int64_t sample_numel = tensor::shape_numel(sample);
+  x.ensure_shape({batch, sample[0], sample[1], sample[2]});
+  y.resize(indices.size());
+  const float* source = data.images.data();
+  float* target = x.data();
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t index = indices[static_cast<std::size_t>(b)];
+    DTRAIN_CHECK(index >= 0 && index < data.size(),
+                 "batch position {} asks for sample {} of data set '{}', which has {} samples", b,
+                 index, data.name, data.size());
+    std::memcpy(target + b * sample_numel, source + index * sample_numel,
+                static_cast<std::size_t>(sample_numel) * sizeof(float));
+    y[static_cast<std::size_t>(b)] = data.labels[static_cast<std::size_t>(index)];
+  }
+}
+
+}  // namespace dtrain::data

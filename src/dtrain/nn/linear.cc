@@ -1,0 +1,102 @@
+#include "dtrain/nn/linear.h"
+
+#include <algorithm>
+
+#include "dtrain/base/error.h"
+#include "dtrain/tensor/gemm.h"
+
+namespace dtrain::nn {
+namespace {
+
+// "[B, 255]": the shape with the batch dimension written as B, as a user thinks of it.
+std::string batch_shape_str(const tensor::Shape& shape) {
+  if (shape.empty()) return "[] (a scalar)";
+  std::string text = "[B";
+  for (std::size_t i = 1; i < shape.size(); ++i) text += fmt::format(", {}", shape[i]);
+  return text + "]";
+}
+
+}  // namespace
+
+Linear::Linear(std::string name, std::int64_t in_features, std::int64_t out_features, InitKind init,
+               float sigma)
+    : Layer(std::move(name)),
+      in_(in_features),
+      out_(out_features),
+      init_kind_(init),
+      sigma_(sigma) {
+  if (in_ <= 0 || out_ <= 0) {
+    throw ConfigError(fmt::format("layer {}: Linear({} -> {}) needs positive feature counts",
+                                  this->name(), in_, out_));
+  }
+}
+
+std::string Linear::describe() const { return fmt::format("Linear({} -> {})", in_, out_); }
+
+tensor::Shape Linear::output_shape(const tensor::Shape& input) const {
+  if (input.size() != 2 || input[1] != in_) {
+    throw ShapeError(fmt::format(
+        "layer {} ({}) expects input [B, {}], got {}; check the previous layer's output or the "
+        "model input shape",
+        name(), describe(), in_, batch_shape_str(input)));
+  }
+  return {input[0], out_};
+}
+
+void Linear::declare(ParamStore& store) {
+  weight_index_ = store.add_param(name() + ".weight", {out_, in_}, /*weight_decay=*/true);
+  bias_index_ = store.add_param(name() + ".bias", {out_}, /*weight_decay=*/false);
+}
+
+void Linear::bind(ParamStore& store) {
+  weight_ = store.param(weight_index_);
+  bias_ = store.param(bias_index_);
+  weight_grad_ = store.grad(weight_index_);
+  bias_grad_ = store.grad(bias_index_);
+}
+
+void Linear::init(Rng& rng) {
+  init_weights(weight_, in_, out_, init_kind_, sigma_, rng);
+  bias_.zero();
+}
+
+const tensor::Tensor& Linear::forward(const tensor::Tensor& x, const ForwardContext& /*ctx*/) {
+  const tensor::Shape out_shape = output_shape(x.shape());
+  DTRAIN_CHECK(x.is_contiguous(), "layer {}: input must be contiguous", name());
+  const std::int64_t batch = out_shape[0];
+  x_ = x;
+  y_.ensure_shape(out_shape);
+  // Start every row at the bias, then accumulate x W^T onto it (beta = 1).
+  float* y = y_.data();
+  const float* b = bias_.data();
+  for (std::int64_t row = 0; row < batch; ++row) {
+    std::copy(b, b + out_, y + row * out_);
+  }
+  tensor::gemm(tensor::Trans::kNo, tensor::Trans::kYes, batch, out_, in_, 1.0f, x.data(), in_,
+               weight_.data(), in_, 1.0f, y, out_);
+  return y_;
+}
+
+const tensor::Tensor& Linear::backward(const tensor::Tensor& dy, bool need_input_grad) {
+  const std::int64_t batch = x_.dim(0);
+  DTRAIN_CHECK(dy.shape() == (tensor::Shape{batch, out_}) && dy.is_contiguous(),
+               "layer {}: dy shape {} differs from output shape [{}, {}]", name(),
+               tensor::shape_str(dy.shape()), batch, out_);
+  // dW (out, in) += dy^T x: a K = B reduction, so a batch of 1 is an outer product.
+  tensor::gemm(tensor::Trans::kYes, tensor::Trans::kNo, out_, in_, batch, 1.0f, dy.data(), out_,
+               x_.data(), in_, 1.0f, weight_grad_.data(), in_);
+  // db += column sums of dy, rows in order so the result does not depend on threads.
+  float* db = bias_grad_.data();
+  const float* g = dy.data();
+  for (std::int64_t row = 0; row < batch; ++row) {
+    const float* g_row = g + row * out_;
+    for (std::int64_t o = 0; o < out_; ++o) db[o] += g_row[o];
+  }
+  if (!need_input_grad) return none_;
+  dx_.ensure_shape({batch, in_});
+  tensor::gemm(tensor::Trans::kNo, tensor::Trans::kNo, batch, in_, out_, 1.0f, dy.data(), out_,
+               weight_.data(), in_, 0.0f, dx_.data(), in_);
+  return dx_;
+}
+
+}  // namespace dtrain::nn

@@ -1,0 +1,121 @@
+// Optimizer: one update rule applied to [offset, offset + numel) ranges of the flat parameter and
+// gradient buffers (nn::ParamStore lays every tensor out back to back; see docs/DESIGN.md, "One
+// flat buffer").
+//
+// optim never sees a model: a caller describes the tensors it owns by Segments (name, offset,
+// numel, weight_decay), which is all a whole model, a gradient bucket, a ZeRO shard or a pipeline
+// stage needs. Rules that work per tensor (LARS) take their norms per segment, so a segment must be
+// a whole tensor for them; element-wise rules (SGD, Adam, AdamW) accept any split.
+//
+// State layout: each kind of state (momentum, first moment, second moment) is ONE flat float vector
+// of sum(numel) elements holding the segments packed back to back in the order given: segment i
+// starts at sum_{j<i} numel_j. For the usual case of segments that tile [first, last) in order this
+// is the parameter layout shifted by `first`, so a shard's state is as long as the shard. Adjacent
+// segments that are contiguous in the parameter buffer and share the weight_decay flag are merged
+// into one range, so the update is a few long vectorisable loops rather than one per tensor.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtrain::optim {
+
+// One named tensor of the flat parameter buffer: [offset, offset + numel) in elements.
+// weight_decay is false for biases and batch-norm scales/shifts (nn::ParamEntry's flag).
+struct Segment {
+  std::string name;
+  std::int64_t offset = 0;
+  std::int64_t numel = 0;
+  bool weight_decay = true;
+};
+
+// The optimizer section of a run's config; keys are named `optim.<field>` in errors.
+struct OptimizerConfig {
+  std::string name = "sgd";   // "sgd" | "adam" | "adamw" | "lars"
+  double momentum = 0.0;      // sgd, lars; in [0, 1)
+  bool nesterov = false;      // sgd only, needs momentum > 0
+  double weight_decay = 0.0;  // sgd/lars/adam: L2 added to the gradient; adamw: decoupled
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
+  double trust_coefficient = 0.001;               // lars (You et al. 2017, eta)
+  double lars_eps = 1e-9;
+};
+
+// A named flat state vector (momentum, first/second moments), laid out like the segments it covers
+// (see "State layout" above). Names carry the optimizer ("sgd.momentum", "adam.exp_avg"), so a
+// checkpoint written by one optimizer is not silently loaded into another.
+struct StateTensor {
+  std::string name;
+  std::vector<float> values;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of params over every segment, using grads with the same layout. Both point at the
+  // START of the flat buffers; segments give the offsets. lr is this step's learning rate (>= 0).
+  // Elements outside every segment are neither read nor written.
+  virtual void step(float* params, const float* grads, double lr) = 0;
+
+  // Updates applied so far (Adam's bias correction uses it).
+  std::int64_t steps() const { return steps_; }
+
+  // For checkpoints: the state vectors, in a fixed order, each of state_numel() floats.
+  virtual std::vector<StateTensor> state() const = 0;
+  // Restores what state() returned and the step count; throws CheckpointError on a name, count or
+  // size mismatch (naming both sides) or a non-finite value, leaving this optimizer unchanged.
+  virtual void load_state(const std::vector<StateTensor>& state, std::int64_t steps) = 0;
+
+  const std::vector<Segment>& segments() const { return segments_; }
+  // sum(numel): the length of every state vector.
+  std::int64_t state_numel() const { return state_numel_; }
+
+ protected:
+  // A maximal run of segments contiguous in the parameter buffer with one weight_decay flag.
+  // param_offset indexes params/grads, state_offset the packed state vectors.
+  struct Range {
+    std::int64_t param_offset = 0;
+    std::int64_t state_offset = 0;
+    std::int64_t numel = 0;
+    bool weight_decay = true;
+  };
+
+  // Validates the segments (numel >= 0, offset >= 0, no two overlapping) and builds the ranges;
+  // throws ConfigError naming the segments.
+  explicit Optimizer(std::vector<Segment> segments);
+
+  const std::vector<Range>& ranges() const { return ranges_; }
+  // Where segment i starts in the packed state vectors.
+  std::int64_t state_offset(std::size_t segment) const { return state_offsets_[segment]; }
+  void count_step() { ++steps_; }
+
+  // Shared by the load_state implementations: checks `state` against the expected names (each of
+  // state_numel() finite floats) and `steps` >= 0, throwing CheckpointError that names both sides.
+  void check_state(const std::vector<StateTensor>& state, const std::vector<std::string>& names,
+                   std::int64_t steps) const;
+  void set_steps(std::int64_t steps) { steps_ = steps; }
+
+ private:
+  std::vector<Segment> segments_;
+  std::vector<std::int64_t> state_offsets_;
+  std::vector<Range> ranges_;
+  std::int64_t state_numel_ = 0;
+  std::int64_t steps_ = 0;
+};
+
+// Checks every field of `config` against its range, whatever the optimizer (so a config can be
+// checked before the model exists). Throws ConfigError naming the key (optim.name, optim.momentum,
+// ...) with the value and the accepted values or range.
+void validate_optimizer_config(const OptimizerConfig& config);
+
+// Validates `config` and builds its optimizer over `segments`. Throws ConfigError naming the key
+// (optim.name, optim.momentum, ...) with the value and the accepted values or range.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
+                                          std::vector<Segment> segments);
+
+}  // namespace dtrain::optim

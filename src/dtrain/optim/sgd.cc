@@ -1,0 +1,81 @@
+#include "dtrain/optim/sgd.h"
+
+#include <cmath>
+#include <utility>
+
+#include "dtrain/base/error.h"
+
+namespace dtrain::optim {
+
+namespace {
+
+// p -= lr * (g + wd * p) over n elements.
+void sgd_plain(float* __restrict p, const float* __restrict g, std::int64_t n, float lr, float wd) {
+  for (std::int64_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+}
+
+// v = mu * v + (g + wd * p);  p -= lr * (nesterov ? g + wd * p + mu * v : v).
+template <bool kNesterov>
+void sgd_momentum(float* __restrict p, const float* __restrict g, float* __restrict v,
+                  std::int64_t n, float lr, float wd, float mu) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] + wd * p[i];
+    const float vi = mu * v[i] + gi;
+    v[i] = vi;
+    if constexpr (kNesterov) {
+      p[i] -= lr * (gi + mu * vi);
+    } else {
+      p[i] -= lr * vi;
+    }
+  }
+}
+
+}  // namespace
+
+Sgd::Sgd(const OptimizerConfig& config, std::vector<Segment> segments)
+    : Optimizer(std::move(segments)),
+      momentum_(static_cast<float>(config.momentum)),
+      weight_decay_(static_cast<float>(config.weight_decay)),
+      nesterov_(config.nesterov) {
+  OptimizerConfig checked = config;
+  checked.name = "sgd";
+  validate_optimizer_config(checked);
+  if (config.momentum > 0.0) velocity_.assign(static_cast<std::size_t>(state_numel()), 0.0f);
+}
+
+void Sgd::step(float* params, const float* grads, double lr) {
+  DTRAIN_CHECK(std::isfinite(lr) && lr >= 0.0, "learning rate {} must be finite and >= 0", lr);
+  const auto lr_f = static_cast<float>(lr);
+  for (const Range& range : ranges()) {
+    float* p = params + range.param_offset;
+    const float* g = grads + range.param_offset;
+    const float wd = range.weight_decay ? weight_decay_ : 0.0f;
+    if (velocity_.empty()) {
+      sgd_plain(p, g, range.numel, lr_f, wd);
+    } else if (nesterov_) {
+      sgd_momentum<true>(p, g, velocity_.data() + range.state_offset, range.numel, lr_f, wd,
+                         momentum_);
+    } else {
+      sgd_momentum<false>(p, g, velocity_.data() + range.state_offset, range.numel, lr_f, wd,
+                          momentum_);
+    }
+  }
+  count_step();
+}
+
+std::vector<StateTensor> Sgd::state() const {
+  if (velocity_.empty()) return {};
+  return {StateTensor{"sgd.momentum", velocity_}};
+}
+
+void Sgd::load_state(const std::vector<StateTensor>& state, std::int64_t steps) {
+  if (velocity_.empty()) {
+    check_state(state, {}, steps);
+  } else {
+    check_state(state, {"sgd.momentum"}, steps);
+    velocity_ = state[0].values;
+  }
+  set_steps(steps);
+}
+
+}  // namespace dtrain::optim

@@ -58,3 +58,28 @@ TEST(ThreadPool, RejectsZeroThreads) { EXPECT_THROW(ThreadPool(0), ConfigError);
 
 }  // namespace
 }  // namespace dtrain
+
+namespace dtrain {
+namespace {
+
+TEST(ThreadPool, ConcurrentAndNestedCallersRunInline) {
+  ThreadPool pool(2);
+  std::atomic<long> total{0};
+  auto job = [&] {
+    for (int i = 0; i < 2000; ++i) {
+      pool.run(3, [&](int t) {
+        // A nested call finds the pool busy and runs inline.
+        pool.run(2, [&](int u) { total += u; });
+        total += t;
+      });
+    }
+  };
+  std::thread a(job), b(job);
+  a.join();
+  b.join();
+  // Per outer call: tasks 0+1+2 plus three nested calls of 0+1.
+  EXPECT_EQ(total, 2L * 2000 * (3 + 3));
+}
+
+}  // namespace
+}  // namespace dtrain

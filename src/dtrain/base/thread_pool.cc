@@ -61,7 +61,9 @@ void ThreadPool::worker_loop(int index) {
 
 void ThreadPool::run(int tasks, const std::function<void(int)>& fn) {
   if (tasks <= 0) return;
-  if (workers_.empty() || tasks == 1) {
+  bool expected = false;
+  if (workers_.empty() || tasks == 1 ||
+      !busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
     for (int task = 0; task < tasks; ++task) fn(task);
     return;
   }
@@ -84,6 +86,7 @@ void ThreadPool::run(int tasks, const std::function<void(int)>& fn) {
     error = error_;
     error_ = nullptr;
   }
+  busy_.store(false, std::memory_order_release);
   if (error) std::rethrow_exception(error);
 }
 

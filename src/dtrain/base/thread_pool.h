@@ -5,6 +5,10 @@
 // task 0's share, and returns when all are done; the first exception is rethrown. Workers spin
 // briefly before sleeping because the tasks of a training step are tens of microseconds apart and a
 // condition-variable wake-up costs about as much.
+//
+// run() may be called from several threads at once (ranks that are threads share the process-wide
+// pool) and from inside a task: a caller that finds the pool busy runs its tasks inline, serially,
+// instead of waiting, so nothing deadlocks and results do not depend on who got the pool.
 #pragma once
 
 #include <atomic>
@@ -45,6 +49,7 @@ class ThreadPool {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   bool stopping_ = false;
+  std::atomic<bool> busy_{false};  // a job is in flight; other callers run inline
   const std::function<void(int)>* job_ = nullptr;
   int job_tasks_ = 0;
   std::mutex error_mutex_;

@@ -6,7 +6,8 @@
 // gemm() calls OpenBLAS's cblas_sgemm. With compute_threads() = T > 1 it cuts C into T slices
 // (rows when M >= N, else columns) and runs one single-threaded cblas_sgemm per slice on the
 // compute pool: OpenBLAS's own threading does poorly on the small, skinny products of a training
-// step (batch 128), and slicing keeps every output element's sum in the same order whatever T is.
+// step (batch 128). Results are repeatable for a given T, but not bitwise equal across values of T:
+// OpenBLAS picks its kernel by the slice's shape, and a different kernel may sum in another order.
 // gemm_naive() is the reference: the triple loop, accumulated in double.
 #pragma once
 

@@ -1,0 +1,94 @@
+// BatchNorm: batch normalization (Ioffe & Szegedy, 2015) over (B, F) features or (B, F, H, W)
+// images, one class for both (BatchNorm1d and BatchNorm2d of PyTorch).
+//
+// Per channel c, over the N = B*H*W values x of that channel (H = W = 1 for 2-D input):
+//   train: mean = sum(x) / N, var = sum((x - mean)^2) / N (biased, used to normalize)
+//          running_mean = (1 - m) running_mean + m mean
+//          running_var  = (1 - m) running_var  + m var * N / (N - 1)   (unbiased, as PyTorch)
+//   eval:  mean = running_mean, var = running_var
+//   xhat = (x - mean) / sqrt(var + eps),  y = gamma xhat + beta
+// Backward, exact (train mode; mean and var depend on x):
+//   dbeta  += sum(dy),  dgamma += sum(dy xhat)
+//   dx = gamma / sqrt(var + eps) * (dy - sum(dy) / N - xhat sum(dy xhat) / N)
+// and in eval mode dx = gamma / sqrt(var + eps) * dy.
+// gamma (".weight", init 1) and beta (".bias", init 0) are trained without weight decay;
+// running_mean (init 0) and running_var (init 1) are store buffers, saved with checkpoints.
+//
+// Hook for a synchronized batch norm: the statistics are sums, so data-parallel ranks can agree on
+// them with one allreduce. forward computes the local per-channel sums of x and x^2 and the count
+// (channel_sums(), in double), then calls reduce_statistics(); backward computes the local sums of
+// dy and dy*xhat, adds them to dbeta/dgamma (the parameter gradients stay local, averaged later
+// with all other gradients), then calls reduce_gradient_sums() before forming dx. Both hooks do
+// nothing here; a SyncBatchNorm subclass (in parallel/, which may talk to comm/) overrides them to
+// allreduce, and every formula above then uses the global N and sums.
+// var comes from sum(x^2)/N - mean^2 in double: exact enough for f32 activations (the cancellation
+// costs log10(mean^2/var) of double's 16 digits) and what lets the statistics be summed.
+// Cost: about 3 passes over x forward and 3 backward; channels are split over the compute pool.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtrain/nn/layer.h"
+
+namespace dtrain::nn {
+
+// Per-channel sufficient statistics of a batch: sum of x, sum of x^2, values per channel.
+struct ChannelStats {
+  std::vector<double> sum;
+  std::vector<double> sum_sq;
+  std::int64_t count = 0;
+};
+
+class BatchNorm : public Layer {
+ public:
+  BatchNorm(std::string name, std::int64_t features, float momentum = 0.1f, float eps = 1e-5f);
+
+  std::string describe() const override;
+  // (B, F) or (B, F, H, W) -> the same; another rank or F is a ShapeError.
+  tensor::Shape output_shape(const tensor::Shape& input) const override;
+  void declare(ParamStore& store) override;
+  void bind(ParamStore& store) override;
+  void init(Rng& rng) override;
+
+  const tensor::Tensor& forward(const tensor::Tensor& x, const ForwardContext& ctx) override;
+  const tensor::Tensor& backward(const tensor::Tensor& dy, bool need_input_grad) override;
+
+  // The local statistics of x (B, F, ...) per channel, as forward uses them in train mode.
+  void channel_sums(const tensor::Tensor& x, ChannelStats& stats) const;
+
+  std::int64_t features() const { return features_; }
+  float momentum() const { return momentum_; }
+  float eps() const { return eps_; }
+  // Views into the store, valid after bind(), each (F).
+  const tensor::Tensor& weight() const { return gamma_; }
+  const tensor::Tensor& bias() const { return beta_; }
+  const tensor::Tensor& running_mean() const { return running_mean_; }
+  const tensor::Tensor& running_var() const { return running_var_; }
+
+ protected:
+  // See the header comment: identity here, an allreduce in a synchronized batch norm.
+  virtual void reduce_statistics(ChannelStats& /*stats*/) {}
+  virtual void reduce_gradient_sums(std::vector<double>& /*sum_dy*/,
+                                    std::vector<double>& /*sum_dy_xhat*/) {}
+
+ private:
+  std::int64_t features_;
+  float momentum_;
+  float eps_;
+  int gamma_index_ = -1, beta_index_ = -1, mean_index_ = -1, var_index_ = -1;
+  tensor::Tensor gamma_, beta_, gamma_grad_, beta_grad_;  // views into the ParamStore
+  tensor::Tensor running_mean_, running_var_;             // views into the store's buffers
+  Mode mode_ = Mode::kTrain;                              // of the last forward
+  std::int64_t count_ = 0;  // N of the last forward (global in a synchronized batch norm)
+  ChannelStats stats_;
+  std::vector<float> inv_std_;  // (F) of the last forward
+  std::vector<double> sum_dy_, sum_dy_xhat_;
+  tensor::Tensor xhat_;  // same shape as x
+  tensor::Tensor y_;     // same shape as x
+  tensor::Tensor dx_;    // same shape as x
+  tensor::Tensor none_;
+};
+
+}  // namespace dtrain::nn

@@ -1,0 +1,153 @@
+#include "dtrain/nn/residual_block.h"
+
+#include "dtrain/base/error.h"
+#include "dtrain/base/thread_pool.h"
+
+namespace dtrain::nn {
+namespace {
+
+constexpr std::int64_t kElementGrain = 16384;
+
+// out[i] = f(i) over [0, n), split over the compute pool.
+template <typename Fn>
+void for_each_element(std::int64_t n, const Fn& fn) {
+  compute_pool().parallel_for(n, kElementGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) fn(i);
+  });
+}
+
+}  // namespace
+
+ResidualBlock::ResidualBlock(std::string name, std::int64_t in_channels, std::int64_t out_channels,
+                             std::int64_t stride, InitKind init, float sigma)
+    : Layer(std::move(name)),
+      in_channels_(in_channels),
+      out_channels_(out_channels),
+      stride_(stride) {
+  const std::string& base = this->name();
+  conv1_ = std::make_unique<Conv2d>(base + ".conv1", in_channels, out_channels, 3, stride, 1,
+                                    /*bias=*/false, init, sigma);
+  bn1_ = std::make_unique<BatchNorm>(base + ".bn1", out_channels);
+  conv2_ = std::make_unique<Conv2d>(base + ".conv2", out_channels, out_channels, 3, 1, 1,
+                                    /*bias=*/false, init, sigma);
+  bn2_ = std::make_unique<BatchNorm>(base + ".bn2", out_channels);
+  if (stride != 1 || in_channels != out_channels) {
+    shortcut_conv_ = std::make_unique<Conv2d>(base + ".shortcut_conv", in_channels, out_channels, 1,
+                                              stride, 0, /*bias=*/false, init, sigma);
+    shortcut_bn_ = std::make_unique<BatchNorm>(base + ".shortcut_bn", out_channels);
+  }
+}
+
+std::string ResidualBlock::describe() const {
+  return fmt::format("ResidualBlock({} -> {}, stride {}, {} shortcut)", in_channels_, out_channels_,
+                     stride_, has_projection() ? "1x1 conv" : "identity");
+}
+
+tensor::Shape ResidualBlock::output_shape(const tensor::Shape& input) const {
+  // The sub-layers' checks name the sub-layer ("block2.conv1") and both shapes.
+  const tensor::Shape main =
+      bn2_->output_shape(conv2_->output_shape(bn1_->output_shape(conv1_->output_shape(input))));
+  const tensor::Shape shortcut =
+      has_projection() ? shortcut_bn_->output_shape(shortcut_conv_->output_shape(input)) : input;
+  if (main != shortcut) {
+    throw ShapeError(fmt::format("layer {} ({}): main branch gives {} but the shortcut gives {}",
+                                 name(), describe(), tensor::shape_str(main),
+                                 tensor::shape_str(shortcut)));
+  }
+  return main;
+}
+
+void ResidualBlock::declare(ParamStore& store) {
+  conv1_->declare(store);
+  bn1_->declare(store);
+  conv2_->declare(store);
+  bn2_->declare(store);
+  if (has_projection()) {
+    shortcut_conv_->declare(store);
+    shortcut_bn_->declare(store);
+  }
+}
+
+void ResidualBlock::bind(ParamStore& store) {
+  conv1_->bind(store);
+  bn1_->bind(store);
+  conv2_->bind(store);
+  bn2_->bind(store);
+  if (has_projection()) {
+    shortcut_conv_->bind(store);
+    shortcut_bn_->bind(store);
+  }
+}
+
+void ResidualBlock::init(Rng& rng) {
+  conv1_->init(rng);
+  bn1_->init(rng);
+  conv2_->init(rng);
+  bn2_->init(rng);
+  if (has_projection()) {
+    shortcut_conv_->init(rng);
+    shortcut_bn_->init(rng);
+  }
+}
+
+const tensor::Tensor& ResidualBlock::forward(const tensor::Tensor& x, const ForwardContext& ctx) {
+  x_ = x;
+  const tensor::Tensor& h1 = bn1_->forward(conv1_->forward(x, ctx), ctx);
+  r_.ensure_shape(h1.shape());
+  {
+    const float* in = h1.data();
+    float* out = r_.data();
+    for_each_element(r_.numel(), [&](std::int64_t i) { out[i] = in[i] > 0.0f ? in[i] : 0.0f; });
+  }
+  const tensor::Tensor& main = bn2_->forward(conv2_->forward(r_, ctx), ctx);
+  const tensor::Tensor& shortcut =
+      has_projection() ? shortcut_bn_->forward(shortcut_conv_->forward(x, ctx), ctx) : x;
+  DTRAIN_CHECK(main.shape() == shortcut.shape(), "layer {}: branches {} and {}", name(),
+               tensor::shape_str(main.shape()), tensor::shape_str(shortcut.shape()));
+  y_.ensure_shape(main.shape());
+  const float* m = main.data();
+  const float* s = shortcut.data();
+  float* y = y_.data();
+  for_each_element(y_.numel(), [&](std::int64_t i) {
+    const float sum = m[i] + s[i];
+    y[i] = sum > 0.0f ? sum : 0.0f;
+  });
+  return y_;
+}
+
+const tensor::Tensor& ResidualBlock::backward(const tensor::Tensor& dy, bool need_input_grad) {
+  DTRAIN_CHECK(dy.shape() == y_.shape() && dy.is_contiguous(),
+               "layer {}: dy shape {} differs from output shape {}", name(),
+               tensor::shape_str(dy.shape()), tensor::shape_str(y_.shape()));
+  g_.ensure_shape(y_.shape());
+  {
+    const float* in = dy.data();
+    const float* y = y_.data();
+    float* g = g_.data();
+    for_each_element(g_.numel(), [&](std::int64_t i) { g[i] = y[i] > 0.0f ? in[i] : 0.0f; });
+  }
+  // Main branch, last layer first.
+  const tensor::Tensor& dr = conv2_->backward(bn2_->backward(g_, true), true);
+  dr_.ensure_shape(r_.shape());
+  {
+    const float* in = dr.data();
+    const float* r = r_.data();
+    float* out = dr_.data();
+    for_each_element(dr_.numel(), [&](std::int64_t i) { out[i] = r[i] > 0.0f ? in[i] : 0.0f; });
+  }
+  const tensor::Tensor& dx_main = conv1_->backward(bn1_->backward(dr_, true), need_input_grad);
+  // The shortcut gets g too; its parameters need gradients even when x does not.
+  const tensor::Tensor* dx_shortcut = &g_;
+  if (has_projection()) {
+    dx_shortcut = &shortcut_conv_->backward(shortcut_bn_->backward(g_, true), need_input_grad);
+  }
+  if (!need_input_grad) return none_;
+  dx_.ensure_shape(x_.shape());
+  const float* a = dx_main.data();
+  const float* b = dx_shortcut->data();
+  float* dx = dx_.data();
+  for_each_element(dx_.numel(), [&](std::int64_t i) { dx[i] = a[i] + b[i]; });
+  return dx_;
+}
+
+}  // namespace dtrain::nn

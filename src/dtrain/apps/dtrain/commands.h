@@ -1,0 +1,27 @@
+// The subcommands of `dtrain`. Each add_*_command registers its flags on the top-level app and
+// returns a Command whose run() is called by main() when the user chose it; main() alone turns
+// errors into messages and exit codes, so a command just throws.
+//
+// A new subcommand (a later `dtrain bench train`, in bench_command.cc) is one more add_* function
+// here and one line in main.cc.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace dtrain::apps {
+
+inline constexpr const char* kVersion = "0.1.0";
+
+struct Command {
+  CLI::App* app = nullptr;   // the subcommand, to ask whether it was chosen
+  std::function<int()> run;  // returns the exit code
+};
+
+// dtrain train: trains a model from a config file, or resumes a run folder.
+Command add_train_command(CLI::App& app);
+
+// dtrain config: prints a configuration (the defaults, or a file with overrides) as commented TOML.
+Command add_config_command(CLI::App& app);
+
+}  // namespace dtrain::apps

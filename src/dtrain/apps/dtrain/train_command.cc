@@ -1,0 +1,126 @@
+// dtrain train: flags -> train::Config -> train::Trainer.
+#include <fmt/format.h>
+
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "dtrain/base/error.h"
+#include "dtrain/train/config.h"
+#include "dtrain/train/trainer.h"
+
+namespace dtrain::apps {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TrainFlags {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string out;
+  std::string resume;
+  std::int64_t epochs = 0;
+  std::int64_t threads = 0;
+  bool quiet = false;
+};
+
+constexpr const char* kTrainHelp = R"(Trains a model from a TOML config and writes a run folder.
+
+Every setting has a default; a config file names only what it changes, and --set overrides any key
+of it (value typed as the key: numbers, true/false, [256, 256], strings). `dtrain config` prints
+every key with its meaning and accepted values.)";
+
+constexpr const char* kTrainFooter = R"(
+Examples:
+  dtrain train --config examples/fashion_mlp.toml
+  dtrain train --config examples/fashion_mlp.toml --set optim.lr=0.05 --epochs 2 --out runs/lr005
+  dtrain train --resume runs/lr005 --epochs 4        # continue a run to 4 epochs
+
+Outputs (in --out, default runs/<config name>-<YYYYmmdd-HHMMSS>):
+  resolved.toml            the full configuration, defaults included (re-run with --config)
+  metrics.jsonl            one JSON object per logged step, evaluation and epoch
+  summary.json             final/best test accuracy, time to each accuracy target, samples/s
+  checkpoints/epoch-N.ckpt checkpoints (train.checkpoint_every), checkpoints/latest names the newest
+
+Exit codes: 0 success, 1 bad command line, 2 bad input (config, data, checkpoint), 3 internal error.)";
+
+// runs/<stem>-<YYYYmmdd-HHMMSS> for a config file, in the current folder.
+std::string default_out_dir(const std::string& config_path) {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &local);
+  return (fs::path("runs") / fmt::format("{}-{}", fs::path(config_path).stem().string(), stamp))
+      .string();
+}
+
+int run_train(const TrainFlags& flags) {
+  std::vector<std::string> overrides = flags.sets;
+  if (flags.epochs > 0) overrides.push_back(fmt::format("train.epochs={}", flags.epochs));
+  if (flags.threads > 0) overrides.push_back(fmt::format("train.threads={}", flags.threads));
+
+  train::Config config;
+  train::TrainerOptions options;
+  options.quiet = flags.quiet;
+  if (!flags.resume.empty()) {
+    // A resumed run must be the run its checkpoint belongs to; only its length may change.
+    for (const auto& assignment : overrides) {
+      if (assignment.rfind("train.epochs=", 0) != 0) {
+        throw ConfigError(fmt::format(
+            "--resume {} continues the run of its resolved.toml; only train.epochs (--epochs) "
+            "may change, but '{}' was given; start a new run with --config {}/resolved.toml to "
+            "change other keys",
+            flags.resume, assignment, flags.resume));
+      }
+    }
+    const std::string resolved = (fs::path(flags.resume) / "resolved.toml").string();
+    if (!fs::exists(resolved)) {
+      throw ConfigError(fmt::format(
+          "--resume {}: {} is missing; pass the folder of an earlier `dtrain train` run",
+          flags.resume, resolved));
+    }
+    config = train::load_config(resolved, overrides);
+    options.run_dir = flags.resume;
+    options.resume = true;
+  } else {
+    config = train::load_config(flags.config, overrides);
+    options.run_dir = flags.out.empty() ? default_out_dir(flags.config) : flags.out;
+  }
+  train::Trainer trainer(std::move(config), options);
+  trainer.run();
+  return 0;
+}
+
+}  // namespace
+
+Command add_train_command(CLI::App& app) {
+  auto flags = std::make_shared<TrainFlags>();
+  CLI::App* sub = app.add_subcommand("train", kTrainHelp);
+  sub->footer(kTrainFooter);
+  auto* config = sub->add_option("--config,-c", flags->config, "TOML config file to train from");
+  sub->add_option("--set,-s", flags->sets,
+                  "override one config key, e.g. --set optim.lr=0.05 (repeatable)")
+      ->type_name("KEY=VALUE");
+  auto* out = sub->add_option("--out,-o", flags->out,
+                              "run folder to write (default runs/<config name>-<time>)");
+  auto* resume = sub->add_option("--resume", flags->resume,
+                                 "continue the run in this folder from its latest checkpoint");
+  sub->add_option("--epochs", flags->epochs, "shortcut for --set train.epochs=N")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--threads", flags->threads, "shortcut for --set train.threads=N")
+      ->check(CLI::PositiveNumber);
+  sub->add_flag("--quiet,-q", flags->quiet, "no progress output (errors are still printed)");
+  resume->excludes(config)->excludes(out);
+  sub->callback([flags, config, resume] {
+    if (config->count() == 0 && resume->count() == 0) {
+      throw CLI::RequiredError("one of --config FILE or --resume DIR");
+    }
+  });
+  return Command{sub, [flags] { return run_train(*flags); }};
+}
+
+}  // namespace dtrain::apps

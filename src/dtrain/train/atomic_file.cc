@@ -1,0 +1,88 @@
+#include "dtrain/train/atomic_file.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "dtrain/base/error.h"
+
+namespace dtrain::train {
+namespace {
+
+// Closes the descriptor on every path out of write_file_atomically.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return fd_; }
+  // Closes now and reports the result (close can report a delayed write error).
+  int close() {
+    const int result = ::close(fd_);
+    fd_ = -1;
+    return result;
+  }
+
+ private:
+  int fd_;
+};
+
+std::string system_reason() { return std::strerror(errno); }
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, std::string_view bytes) {
+  const std::string tmp = fmt::format("{}.tmp", path);
+  auto fail = [&](const std::string& what) {
+    const std::string reason = system_reason();
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("cannot write {}: {} {} failed: {}; the previous {} is unchanged", path,
+                            what, tmp, reason, path));
+  };
+  FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) {
+    const std::string reason = system_reason();
+    throw Error(fmt::format("cannot write {}: creating {} failed: {}; the previous {} is unchanged",
+                            path, tmp, reason, path));
+  }
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd.get(), bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("writing");
+    written += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0) fail("fsync of");
+  if (fd.close() != 0) fail("closing");
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming");
+  // Make the rename itself durable. Failing to open the folder (unusual permissions) does not make
+  // the file any less complete, so it is not an error.
+  std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  if (folder.empty()) folder = std::filesystem::current_path();
+  const int dir_fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+}
+
+std::string read_whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("cannot open {}: {}", path, system_reason()));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw Error(fmt::format("cannot read {}: {}", path, system_reason()));
+  return text.str();
+}
+
+}  // namespace dtrain::train

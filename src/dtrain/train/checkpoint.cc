@@ -1,0 +1,356 @@
+#include "dtrain/train/checkpoint.h"
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "dtrain/base/error.h"
+#include "dtrain/train/atomic_file.h"
+
+namespace dtrain::train {
+namespace {
+
+constexpr std::size_t kHeaderBytes = 24;  // magic, version, flags, payload size
+constexpr std::size_t kTrailerBytes = 4;  // CRC-32
+constexpr std::uint32_t kMaxDims = 16;
+
+std::uint32_t crc32_of(const char* data, std::size_t size) {
+  return static_cast<std::uint32_t>(
+      crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(data), size));
+}
+
+// Appends little-endian fields to a byte string.
+class Writer {
+ public:
+  void u8(std::uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void u32(std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
+  void u64(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
+  void i64(std::int64_t v) { u64(static_cast<std::uint64_t>(v)); }
+  void f64(double v) { u64(std::bit_cast<std::uint64_t>(v)); }
+  void str(const std::string& s) {
+    u32(static_cast<std::uint32_t>(s.size()));
+    out_ += s;
+  }
+  void floats(const std::vector<float>& values) {
+    if constexpr (std::endian::native == std::endian::little) {
+      const std::size_t at = out_.size();
+      out_.resize(at + values.size() * sizeof(float));
+      if (!values.empty()) std::memcpy(out_.data() + at, values.data(), values.size() * 4);
+    } else {
+      for (float v : values) u32(std::bit_cast<std::uint32_t>(v));
+    }
+  }
+  void table(const std::vector<nn::ParamEntry>& entries) {
+    u32(static_cast<std::uint32_t>(entries.size()));
+    for (const auto& entry : entries) {
+      str(entry.name);
+      u32(static_cast<std::uint32_t>(entry.shape.size()));
+      for (auto dim : entry.shape) i64(dim);
+      i64(entry.offset);
+      i64(entry.numel);
+      u8(entry.weight_decay ? 1 : 0);
+    }
+  }
+  std::string& bytes() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+// Reads little-endian fields from [begin, end) of a byte string, checking every length against
+// what is left before reading or allocating.
+class Reader {
+ public:
+  Reader(const std::string& bytes, std::size_t begin, std::size_t end, const std::string& source)
+      : bytes_(bytes), pos_(begin), end_(end), source_(source) {}
+
+  std::size_t left() const { return end_ - pos_; }
+  std::size_t position() const { return pos_; }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw CheckpointError(
+        fmt::format("checkpoint {} is malformed at byte {}: {}", source_, pos_, what));
+  }
+  void need(std::size_t n, const char* what) const {
+    if (n > left()) fail(fmt::format("{} needs {} bytes, {} left", what, n, left()));
+  }
+  std::uint8_t u8(const char* what) {
+    need(1, what);
+    return static_cast<std::uint8_t>(bytes_[pos_++]);
+  }
+  std::uint32_t u32(const char* what) {
+    need(4, what);
+    std::uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(u8(what)) << (8 * i);
+    return v;
+  }
+  std::uint64_t u64(const char* what) {
+    need(8, what);
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(u8(what)) << (8 * i);
+    return v;
+  }
+  std::int64_t i64(const char* what) { return static_cast<std::int64_t>(u64(what)); }
+  double f64(const char* what) { return std::bit_cast<double>(u64(what)); }
+  std::string str(const char* what) {
+    const std::uint32_t size = u32(what);
+    need(size, what);
+    std::string s = bytes_.substr(pos_, size);
+    pos_ += size;
+    return s;
+  }
+  // A count of items of at least `min_item_bytes` each, rejected if the rest of the payload could
+  // not hold them.
+  std::uint64_t count(std::uint64_t n, std::size_t min_item_bytes, const char* what) const {
+    if (n > left() / min_item_bytes) {
+      fail(fmt::format("{} claims {} entries but only {} bytes are left", what, n, left()));
+    }
+    return n;
+  }
+  std::vector<float> floats(const char* what) {
+    const std::int64_t n = i64(what);
+    if (n < 0) fail(fmt::format("{} has a negative count {}", what, n));
+    count(static_cast<std::uint64_t>(n), sizeof(float), what);
+    std::vector<float> values(static_cast<std::size_t>(n));
+    if constexpr (std::endian::native == std::endian::little) {
+      if (n > 0) std::memcpy(values.data(), bytes_.data() + pos_, values.size() * sizeof(float));
+      pos_ += values.size() * sizeof(float);
+    } else {
+      for (auto& v : values) v = std::bit_cast<float>(u32(what));
+    }
+    return values;
+  }
+  std::vector<nn::ParamEntry> table(const char* what) {
+    // Smallest entry: empty name (4), ndim (4), offset (8), numel (8), flag (1).
+    const std::uint64_t n = count(u32(what), 25, what);
+    std::vector<nn::ParamEntry> entries(n);
+    for (auto& entry : entries) {
+      entry.name = str(what);
+      const std::uint32_t ndim = u32(what);
+      if (ndim > kMaxDims) fail(fmt::format("{} '{}' has {} dimensions", what, entry.name, ndim));
+      for (std::uint32_t d = 0; d < ndim; ++d) entry.shape.push_back(i64(what));
+      entry.offset = i64(what);
+      entry.numel = i64(what);
+      entry.weight_decay = u8(what) != 0;
+    }
+    return entries;
+  }
+
+ private:
+  const std::string& bytes_;
+  std::size_t pos_;
+  std::size_t end_;
+  const std::string& source_;
+};
+
+std::string describe_entry(const nn::ParamEntry& entry) {
+  return fmt::format("'{}' {} at offset {}", entry.name, tensor::shape_str(entry.shape),
+                     entry.offset);
+}
+
+void check_table(const std::vector<nn::ParamEntry>& saved, const std::vector<nn::ParamEntry>& model,
+                 const char* kind, const std::string& source) {
+  const std::size_t common = std::min(saved.size(), model.size());
+  for (std::size_t i = 0; i < common; ++i) {
+    const auto& a = saved[i];
+    const auto& b = model[i];
+    if (a.name != b.name || a.shape != b.shape || a.offset != b.offset || a.numel != b.numel) {
+      throw CheckpointError(fmt::format(
+          "checkpoint {} does not match the model: {} {} is {} in the checkpoint but {} in the "
+          "model; resume with the configuration the checkpoint was written with",
+          source, kind, i, describe_entry(a), describe_entry(b)));
+    }
+  }
+  if (saved.size() != model.size()) {
+    const bool saved_longer = saved.size() > model.size();
+    const auto& extra = saved_longer ? saved[common] : model[common];
+    throw CheckpointError(fmt::format(
+        "checkpoint {} does not match the model: it has {} {} tensors, the model {}; the first "
+        "unmatched is {} (only in the {}); resume with the configuration the checkpoint was "
+        "written with",
+        source, saved.size(), kind, model.size(), describe_entry(extra),
+        saved_longer ? "checkpoint" : "model"));
+  }
+}
+
+}  // namespace
+
+double Checkpoint::scalar(const std::string& name, double fallback) const {
+  for (const auto& [key, value] : scalars) {
+    if (key == name) return value;
+  }
+  return fallback;
+}
+
+std::string encode_checkpoint(const Checkpoint& checkpoint) {
+  Writer payload;
+  payload.i64(checkpoint.epoch);
+  payload.i64(checkpoint.global_step);
+  payload.i64(checkpoint.optimizer_steps);
+  payload.u64(checkpoint.seed);
+  payload.i64(checkpoint.sampler_epoch);
+  payload.i64(checkpoint.sampler_position);
+  payload.u32(static_cast<std::uint32_t>(checkpoint.scalars.size()));
+  for (const auto& [name, value] : checkpoint.scalars) {
+    payload.str(name);
+    payload.f64(value);
+  }
+  payload.table(checkpoint.param_table);
+  payload.table(checkpoint.buffer_table);
+  payload.i64(static_cast<std::int64_t>(checkpoint.params.size()));
+  payload.floats(checkpoint.params);
+  payload.i64(static_cast<std::int64_t>(checkpoint.buffers.size()));
+  payload.floats(checkpoint.buffers);
+  payload.u32(static_cast<std::uint32_t>(checkpoint.optimizer_state.size()));
+  for (const auto& state : checkpoint.optimizer_state) {
+    payload.str(state.name);
+    payload.i64(static_cast<std::int64_t>(state.values.size()));
+    payload.floats(state.values);
+  }
+
+  Writer file;
+  file.bytes().append(kCheckpointMagic, sizeof(kCheckpointMagic));
+  file.u32(kCheckpointVersion);
+  file.u32(0);
+  file.u64(payload.bytes().size());
+  file.bytes() += payload.bytes();
+  file.u32(crc32_of(file.bytes().data(), file.bytes().size()));
+  return std::move(file.bytes());
+}
+
+Checkpoint decode_checkpoint(const std::string& bytes, const std::string& source) {
+  const std::size_t size = bytes.size();
+  if (size < kHeaderBytes + kTrailerBytes) {
+    throw CheckpointError(fmt::format(
+        "checkpoint {} is truncated: {} bytes, shorter than the {}-byte header and checksum",
+        source, size, kHeaderBytes + kTrailerBytes));
+  }
+  if (std::memcmp(bytes.data(), kCheckpointMagic, sizeof(kCheckpointMagic)) != 0) {
+    throw CheckpointError(fmt::format(
+        "{} is not a dtrain checkpoint: its first 8 bytes are not \"DTRAINCK\"", source));
+  }
+  Reader header(bytes, sizeof(kCheckpointMagic), kHeaderBytes, source);
+  const std::uint32_t version = header.u32("version");
+  const std::uint32_t flags = header.u32("flags");
+  const std::uint64_t payload_size = header.u64("payload size");
+  if (version != kCheckpointVersion) {
+    throw CheckpointError(
+        fmt::format("checkpoint {} has format version {}; this dtrain reads version {}", source,
+                    version, kCheckpointVersion));
+  }
+  if (flags != 0) {
+    throw CheckpointError(fmt::format("checkpoint {} has unknown flags {:#x}", source, flags));
+  }
+  if (payload_size != size - kHeaderBytes - kTrailerBytes) {
+    throw CheckpointError(fmt::format(
+        "checkpoint {} is truncated or has trailing bytes: the header announces {} payload bytes, "
+        "so the file should be {} bytes, but it is {} bytes",
+        source, payload_size, payload_size + kHeaderBytes + kTrailerBytes, size));
+  }
+  Reader trailer(bytes, size - kTrailerBytes, size, source);
+  const std::uint32_t stored_crc = trailer.u32("checksum");
+  const std::uint32_t actual_crc = crc32_of(bytes.data(), size - kTrailerBytes);
+  if (stored_crc != actual_crc) {
+    throw CheckpointError(
+        fmt::format("checkpoint {} is corrupt: CRC-32 is {:08x} but the file stores {:08x}", source,
+                    actual_crc, stored_crc));
+  }
+
+  Reader in(bytes, kHeaderBytes, size - kTrailerBytes, source);
+  Checkpoint c;
+  c.epoch = in.i64("epoch");
+  c.global_step = in.i64("global step");
+  c.optimizer_steps = in.i64("optimizer steps");
+  c.seed = in.u64("seed");
+  c.sampler_epoch = in.i64("sampler epoch");
+  c.sampler_position = in.i64("sampler position");
+  if (c.epoch < 0 || c.global_step < 0 || c.optimizer_steps < 0 || c.sampler_epoch < 0 ||
+      c.sampler_position < 0) {
+    in.fail(fmt::format("negative counter (epoch {}, step {}, optimizer steps {}, sampler {}/{})",
+                        c.epoch, c.global_step, c.optimizer_steps, c.sampler_epoch,
+                        c.sampler_position));
+  }
+  // Smallest scalar: empty name (4) + value (8).
+  const std::uint64_t scalars = in.count(in.u32("scalar count"), 12, "scalars");
+  for (std::uint64_t i = 0; i < scalars; ++i) {
+    std::string name = in.str("scalar name");
+    c.scalars.emplace_back(std::move(name), in.f64("scalar value"));
+  }
+  c.param_table = in.table("parameter table");
+  c.buffer_table = in.table("buffer table");
+  c.params = in.floats("parameters");
+  c.buffers = in.floats("buffers");
+  // Smallest state tensor: empty name (4) + count (8).
+  const std::uint64_t states = in.count(in.u32("optimizer state count"), 12, "optimizer state");
+  for (std::uint64_t i = 0; i < states; ++i) {
+    NamedValues state;
+    state.name = in.str("optimizer state name");
+    state.values = in.floats("optimizer state values");
+    c.optimizer_state.push_back(std::move(state));
+  }
+  if (in.left() != 0) in.fail(fmt::format("{} unread bytes after the last field", in.left()));
+  return c;
+}
+
+void write_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
+  const std::string bytes = encode_checkpoint(checkpoint);
+  try {
+    write_file_atomically(path, bytes);
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const Error& e) {
+    throw CheckpointError(e.what());
+  }
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
+  std::string bytes;
+  try {
+    bytes = read_whole_file(path);
+  } catch (const Error& e) {
+    throw CheckpointError(fmt::format("cannot read checkpoint: {}", e.what()));
+  }
+  return decode_checkpoint(bytes, path);
+}
+
+void check_layout(const Checkpoint& checkpoint, const nn::ParamStore& store,
+                  const std::string& source) {
+  check_table(checkpoint.param_table, store.param_entries(), "parameter", source);
+  check_table(checkpoint.buffer_table, store.buffer_entries(), "buffer", source);
+  if (static_cast<std::int64_t>(checkpoint.params.size()) != store.num_params() ||
+      static_cast<std::int64_t>(checkpoint.buffers.size()) != store.num_buffer_elements()) {
+    throw CheckpointError(fmt::format(
+        "checkpoint {} does not match the model: it holds {} parameters and {} buffer values, "
+        "the model {} and {}",
+        source, checkpoint.params.size(), checkpoint.buffers.size(), store.num_params(),
+        store.num_buffer_elements()));
+  }
+}
+
+void restore_into(const Checkpoint& checkpoint, nn::ParamStore& store, const std::string& source) {
+  check_layout(checkpoint, store, source);
+  for (std::size_t i = 0; i < checkpoint.params.size(); ++i) {
+    if (!std::isfinite(checkpoint.params[i])) {
+      throw CheckpointError(
+          fmt::format("checkpoint {} holds a non-finite parameter at index {}", source, i));
+    }
+  }
+  std::copy(checkpoint.params.begin(), checkpoint.params.end(), store.params());
+  std::copy(checkpoint.buffers.begin(), checkpoint.buffers.end(), store.buffers());
+}
+
+void capture_from(const nn::ParamStore& store, Checkpoint& checkpoint) {
+  checkpoint.param_table = store.param_entries();
+  checkpoint.buffer_table = store.buffer_entries();
+  checkpoint.params.assign(store.params(), store.params() + store.num_params());
+  checkpoint.buffers.assign(store.buffers(), store.buffers() + store.num_buffer_elements());
+}
+
+}  // namespace dtrain::train

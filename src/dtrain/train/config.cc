@@ -1,0 +1,587 @@
+#include "dtrain/train/config.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <variant>
+
+#include "dtrain/base/error.h"
+
+namespace dtrain::train {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+const char* const kSections[] = {"model", "data", "train", "optim", "schedule"};
+
+using Target = std::variant<std::string*, std::int64_t*, double*, bool*, std::vector<std::int64_t>*,
+                            std::vector<double>*>;
+
+// One accepted key: where its value lives in Config, what it means, and what it may hold. For
+// numbers (and the elements of number lists) the range is [min, max] with either end optionally
+// open; for strings a non-empty `choices` is the closed set of accepted values.
+struct Field {
+  const char* section;
+  const char* key;
+  Target target;
+  const char* help;
+  double min = -kInf;
+  double max = kInf;
+  bool min_open = false;
+  bool max_open = false;
+  std::vector<std::string> choices = {};
+
+  std::string name() const { return std::string(section) + "." + key; }
+};
+
+Field int_at_least(const char* section, const char* key, std::int64_t* target, const char* help,
+                   double min) {
+  return Field{section, key, target, help, min};
+}
+
+// The key table. Ranges are the ones every part below accepts; the optimizer, schedule and model
+// builders check again, but catching a bad value here names the config key and the file.
+std::vector<Field> fields(Config& c) {
+  auto& m = c.model;
+  auto& d = c.data;
+  auto& t = c.train;
+  auto& o = c.optim;
+  auto& s = c.schedule;
+  return {
+      {"model",
+       "name",
+       &m.name,
+       "architecture",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"mlp", "lenet5", "resnet"}},
+      {"model", "hidden", &m.hidden, "mlp: widths of the hidden layers", 1},
+      {"model",
+       "activation",
+       &m.activation,
+       "mlp: activation after each hidden layer",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"relu", "sigmoid", "tanh", "softplus", "leaky_relu", "elu", "gelu"}},
+      {"model", "activation_alpha", &m.activation_alpha, "leaky_relu slope / elu alpha", 0},
+      {"model", "dropout", &m.dropout, "mlp: dropout probability after each hidden activation", 0,
+       1, false, true},
+      {"model",
+       "init",
+       &m.init,
+       "weight initialisation (biases start at 0)",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"he", "xavier", "normal"}},
+      {"model", "init_sigma", &m.init_sigma, "standard deviation of init = \"normal\"", 0, kInf,
+       true},
+      int_at_least("model", "resnet_width", &m.resnet_width,
+                   "resnet: channels of the first stage (doubled per stage)", 1),
+      int_at_least("model", "resnet_blocks", &m.resnet_blocks, "resnet: blocks per stage", 1),
+
+      {"data",
+       "dataset",
+       &d.dataset,
+       "data set",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"fashion-mnist", "mnist", "cifar10", "synthetic"}},
+      {"data", "path", &d.path, "folder holding the data set files (not used by synthetic)"},
+      int_at_least("data", "synthetic_samples", &d.synthetic_samples, "synthetic: training samples",
+                   1),
+      int_at_least("data", "synthetic_test_samples", &d.synthetic_test_samples,
+                   "synthetic: test samples", 1),
+      {"data", "synthetic_classes", &d.synthetic_classes, "synthetic: classes", 2, 1000},
+      {"data", "synthetic_shape", &d.synthetic_shape,
+       "synthetic: one sample's shape (C, H, W), at most 65536 values", 1, 4096},
+      {"data", "synthetic_noise", &d.synthetic_noise,
+       "synthetic: standard deviation around the class means", 0},
+      int_at_least("data", "synthetic_seed", &d.synthetic_seed,
+                   "synthetic: seed of the generated data", 0),
+      int_at_least("data", "limit_train", &d.limit_train,
+                   "use only the first N training samples (0 = all)", 0),
+      int_at_least("data", "limit_test", &d.limit_test,
+                   "use only the first N test samples (0 = all)", 0),
+
+      {"train", "epochs", &t.epochs, "passes over the training set", 1, 100000},
+      {"train", "batch_size", &t.batch_size, "samples per step", 1, 1 << 20},
+      int_at_least("train", "seed", &t.seed,
+                   "seed of initialisation, shuffling and dropout (same seed, same run)", 0),
+      {"train", "threads", &t.threads, "compute threads for the kernels", 1, 256},
+      {"train",
+       "loss",
+       &t.loss,
+       "loss function (mse on one-hot targets)",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"cross_entropy", "mse"}},
+      int_at_least("train", "log_every", &t.log_every,
+                   "steps between step records in metrics.jsonl", 1),
+      int_at_least("train", "eval_every_steps", &t.eval_every_steps,
+                   "steps between test evaluations (0 = at epoch ends only)", 0),
+      {"train", "accuracy_targets", &t.accuracy_targets,
+       "test accuracies whose time to reach summary.json reports", 0, 1, true, false},
+      int_at_least("train", "checkpoint_every", &t.checkpoint_every,
+                   "epochs between checkpoints (0 = only at the end)", 0),
+      int_at_least("train", "keep_checkpoints", &t.keep_checkpoints,
+                   "newest checkpoints kept (0 = all)", 0),
+
+      {"optim",
+       "name",
+       &o.name,
+       "optimizer",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"sgd", "adam", "adamw", "lars"}},
+      {"optim", "lr", &o.lr, "base learning rate (before scaling and schedule)", 0, kInf, true},
+      {"optim", "momentum", &o.momentum, "sgd, lars: momentum", 0, 1, false, true},
+      {"optim", "nesterov", &o.nesterov, "sgd: Nesterov momentum"},
+      {"optim", "weight_decay", &o.weight_decay,
+       "L2 penalty (adamw: decoupled); not applied to biases and norms", 0},
+      {"optim", "beta1", &o.beta1, "adam, adamw: first-moment decay", 0, 1, false, true},
+      {"optim", "beta2", &o.beta2, "adam, adamw: second-moment decay", 0, 1, false, true},
+      {"optim", "eps", &o.eps, "adam, adamw: denominator epsilon", 0, kInf, true},
+      {"optim", "trust_coefficient", &o.trust_coefficient, "lars: trust coefficient (eta)", 0, kInf,
+       true},
+
+      {"schedule",
+       "decay",
+       &s.decay,
+       "learning-rate decay after warmup",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"constant", "step", "cosine"}},
+      int_at_least("schedule", "step_size", &s.step_size,
+                   "step decay: steps between multiplications by gamma", 0),
+      {"schedule", "gamma", &s.gamma, "step decay factor", 0, 1, true, false},
+      {"schedule", "min_lr", &s.min_lr, "cosine: final learning rate", 0},
+      {"schedule",
+       "scaling",
+       &s.scaling,
+       "scale lr by k = batch_size / base_batch (linear: k, sqrt: sqrt(k))",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"none", "linear", "sqrt"}},
+      int_at_least("schedule", "base_batch", &s.base_batch, "the batch optim.lr was tuned for", 1),
+      {"schedule",
+       "warmup",
+       &s.warmup,
+       "warmup kind",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"none", "constant", "gradual"}},
+      int_at_least("schedule", "warmup_steps", &s.warmup_steps, "warmup length in steps", 0),
+      int_at_least("schedule", "warmup_epochs", &s.warmup_epochs,
+                   "warmup length in epochs (instead of warmup_steps)", 0),
+      {"schedule", "warmup_factor", &s.warmup_factor, "constant warmup: lr = factor * peak", 0, 1,
+       true, false},
+  };
+}
+
+std::string quote(std::string_view text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    const auto byte = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else if (byte < 0x20 || byte == 0x7f) {
+      out += fmt::format("\\u{:04x}", byte);
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+// Shortest text that reads back as the same double, always with a '.' or exponent so that TOML
+// reads it as a float.
+std::string format_double(double value) {
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  if (std::isnan(value)) return "nan";
+  std::string text = fmt::format("{}", value);
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
+}
+
+std::string format_value(const Target& target) {
+  struct Visitor {
+    std::string operator()(const std::string* v) const { return quote(*v); }
+    std::string operator()(const std::int64_t* v) const { return fmt::format("{}", *v); }
+    std::string operator()(const double* v) const { return format_double(*v); }
+    std::string operator()(const bool* v) const { return *v ? "true" : "false"; }
+    std::string operator()(const std::vector<std::int64_t>* v) const {
+      return fmt::format("[{}]", fmt::join(*v, ", "));
+    }
+    std::string operator()(const std::vector<double>* v) const {
+      std::vector<std::string> parts;
+      for (double x : *v) parts.push_back(format_double(x));
+      return fmt::format("[{}]", fmt::join(parts, ", "));
+    }
+  };
+  return std::visit(Visitor{}, target);
+}
+
+const char* type_name(const Target& target) {
+  switch (target.index()) {
+    case 0: return "a string";
+    case 1: return "an integer";
+    case 2: return "a number";
+    case 3: return "true or false";
+    case 4: return "a list of integers";
+    default: return "a list of numbers";
+  }
+}
+
+std::string range_text(const Field& field) {
+  if (!field.choices.empty()) {
+    std::vector<std::string> quoted;
+    for (const auto& choice : field.choices) quoted.push_back(quote(choice));
+    return fmt::format("one of {}", fmt::join(quoted, ", "));
+  }
+  const bool has_min = field.min > -kInf;
+  const bool has_max = field.max < kInf;
+  const bool is_list = field.target.index() >= 4;
+  const std::string what = is_list ? "each element" : "value";
+  if (has_min && has_max) {
+    return fmt::format("{} {} {} {} {}", field.min, field.min_open ? "<" : "<=", what,
+                       field.max_open ? "<" : "<=", field.max);
+  }
+  if (has_min) return fmt::format("{} {} {}", what, field.min_open ? ">" : ">=", field.min);
+  if (has_max) return fmt::format("{} {} {}", what, field.max_open ? "<" : "<=", field.max);
+  return "any";
+}
+
+bool in_range(const Field& field, double value) {
+  if (std::isnan(value)) return false;
+  if (field.min_open ? !(value > field.min) : !(value >= field.min)) return false;
+  if (field.max_open ? !(value < field.max) : !(value <= field.max)) return false;
+  return true;
+}
+
+std::string node_text(const toml::node& node) {
+  std::ostringstream out;
+  if (const auto* s = node.as_string()) return quote(s->get());
+  if (node.is_table()) return "a table";
+  out << toml::toml_formatter{node, toml::format_flags::none};
+  return out.str();
+}
+
+const char* node_type(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "a list";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+[[noreturn]] void throw_type_error(const Field& field, const toml::node& node,
+                                   const std::string& where) {
+  throw ConfigError(fmt::format("config key '{}' in {} must be {}, got {} {}", field.name(), where,
+                                type_name(field.target), node_type(node), node_text(node)));
+}
+
+std::optional<double> as_number(const toml::node& node) {
+  if (const auto* i = node.as_integer()) return static_cast<double>(i->get());
+  if (const auto* f = node.as_floating_point()) return f->get();
+  return std::nullopt;
+}
+
+// Stores `node` into the field's target, checking only the type (ranges come in validate()).
+void assign(const Field& field, const toml::node& node, const std::string& where) {
+  struct Visitor {
+    const Field& field;
+    const toml::node& node;
+    const std::string& where;
+    void operator()(std::string* v) const {
+      const auto* s = node.as_string();
+      if (s == nullptr) throw_type_error(field, node, where);
+      *v = s->get();
+    }
+    void operator()(std::int64_t* v) const {
+      const auto* i = node.as_integer();
+      if (i == nullptr) throw_type_error(field, node, where);
+      *v = i->get();
+    }
+    void operator()(double* v) const {
+      const auto number = as_number(node);
+      if (!number) throw_type_error(field, node, where);
+      *v = *number;
+    }
+    void operator()(bool* v) const {
+      const auto* b = node.as_boolean();
+      if (b == nullptr) throw_type_error(field, node, where);
+      *v = b->get();
+    }
+    void operator()(std::vector<std::int64_t>* v) const {
+      const auto* array = node.as_array();
+      if (array == nullptr) throw_type_error(field, node, where);
+      std::vector<std::int64_t> values;
+      for (const auto& element : *array) {
+        const auto* i = element.as_integer();
+        if (i == nullptr) throw_type_error(field, node, where);
+        values.push_back(i->get());
+      }
+      *v = std::move(values);
+    }
+    void operator()(std::vector<double>* v) const {
+      const auto* array = node.as_array();
+      if (array == nullptr) throw_type_error(field, node, where);
+      std::vector<double> values;
+      for (const auto& element : *array) {
+        const auto number = as_number(element);
+        if (!number) throw_type_error(field, node, where);
+        values.push_back(*number);
+      }
+      *v = std::move(values);
+    }
+  };
+  std::visit(Visitor{field, node, where}, field.target);
+}
+
+std::string accepted_keys(const std::vector<Field>& table, std::string_view section) {
+  std::vector<std::string> keys;
+  for (const auto& field : table) {
+    if (field.section == section) keys.emplace_back(field.key);
+  }
+  return fmt::format("{}", fmt::join(keys, ", "));
+}
+
+bool known_section(std::string_view section) {
+  for (const char* s : kSections) {
+    if (section == s) return true;
+  }
+  return false;
+}
+
+[[noreturn]] void throw_unknown_section(std::string_view section, const std::string& where) {
+  throw ConfigError(fmt::format("unknown config section '[{}]' in {}; accepted sections: {}",
+                                section, where, fmt::join(kSections, ", ")));
+}
+
+const Field& find_field(const std::vector<Field>& table, std::string_view section,
+                        std::string_view key, const std::string& where) {
+  if (!known_section(section)) throw_unknown_section(section, where);
+  for (const auto& field : table) {
+    if (field.section == section && field.key == key) return field;
+  }
+  throw ConfigError(fmt::format("unknown config key '{}.{}' in {}; accepted keys in [{}]: {}",
+                                section, key, where, section, accepted_keys(table, section)));
+}
+
+// Where each key's current value came from, for range errors: the file, a --set argument, or the
+// built-in default.
+using Origins = std::map<std::string, std::string>;
+
+void apply_table(Config& config, const toml::table& root, const std::string& where,
+                 Origins& origins) {
+  const auto table = fields(config);
+  for (const auto& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    const auto* section_table = section_node.as_table();
+    if (section_table == nullptr) {
+      throw ConfigError(
+          fmt::format("config key '{}' in {} is outside any section; put it under one of [{}]",
+                      section, where, fmt::join(kSections, "], [")));
+    }
+    if (!known_section(section)) throw_unknown_section(section, where);
+    for (const auto& [key, node] : *section_table) {
+      const Field& field = find_field(table, section, key.str(), where);
+      assign(field, node, where);
+      origins[field.name()] = where;
+    }
+  }
+}
+
+void apply_override_impl(Config& config, std::string_view assignment, Origins& origins) {
+  const std::string where = fmt::format("--set {}", assignment);
+  const auto equals = assignment.find('=');
+  const auto dot = assignment.find('.');
+  if (equals == std::string_view::npos || dot == std::string_view::npos || dot > equals) {
+    throw ConfigError(
+        fmt::format("malformed override '{}'; expected section.key=value, e.g. --set optim.lr=0.05",
+                    assignment));
+  }
+  const std::string_view section = assignment.substr(0, dot);
+  const std::string_view key = assignment.substr(dot + 1, equals - dot - 1);
+  const std::string_view value = assignment.substr(equals + 1);
+  const auto table = fields(config);
+  const Field& field = find_field(table, section, key, where);
+
+  toml::table parsed;
+  bool parsed_ok = true;
+  try {
+    parsed = toml::parse(fmt::format("v = {}", value));
+  } catch (const toml::parse_error&) {
+    parsed_ok = false;
+  }
+  const toml::node* node = parsed_ok ? parsed.get("v") : nullptr;
+  if (std::holds_alternative<std::string*>(field.target) &&
+      (node == nullptr || !node->is_string())) {
+    *std::get<std::string*>(field.target) = std::string(value);  // a bare word
+  } else if (node == nullptr) {
+    throw ConfigError(fmt::format("config key '{}' in {} must be {}, got '{}'", field.name(), where,
+                                  type_name(field.target), value));
+  } else {
+    assign(field, *node, where);
+  }
+  origins[field.name()] = where;
+}
+
+void validate_impl(const Config& config, const Origins& origins) {
+  Config copy = config;
+  const auto table = fields(copy);
+  auto where = [&](const std::string& name) {
+    const auto it = origins.find(name);
+    return it == origins.end() ? std::string("the defaults") : it->second;
+  };
+  auto out_of_range = [&](const Field& field, const std::string& value) {
+    throw ConfigError(fmt::format("config key '{}' = {} in {} is out of range; accepted: {}",
+                                  field.name(), value, where(field.name()), range_text(field)));
+  };
+  for (const auto& field : table) {
+    const std::string value = format_value(field.target);
+    if (const auto* s = std::get_if<std::string*>(&field.target)) {
+      if (field.choices.empty()) continue;
+      bool found = false;
+      for (const auto& choice : field.choices) found = found || choice == **s;
+      if (!found) out_of_range(field, value);
+    } else if (const auto* i = std::get_if<std::int64_t*>(&field.target)) {
+      if (!in_range(field, static_cast<double>(**i))) out_of_range(field, value);
+    } else if (const auto* d = std::get_if<double*>(&field.target)) {
+      if (!in_range(field, **d)) out_of_range(field, value);
+    } else if (const auto* li = std::get_if<std::vector<std::int64_t>*>(&field.target)) {
+      for (auto x : **li) {
+        if (!in_range(field, static_cast<double>(x))) out_of_range(field, value);
+      }
+    } else if (const auto* ld = std::get_if<std::vector<double>*>(&field.target)) {
+      for (auto x : **ld) {
+        if (!in_range(field, x)) out_of_range(field, value);
+      }
+    }
+  }
+
+  // Keys that only make sense together.
+  const auto& s = config.schedule;
+  if (s.warmup_steps > 0 && s.warmup_epochs > 0) {
+    throw ConfigError(fmt::format(
+        "config keys 'schedule.warmup_steps' = {} ({}) and 'schedule.warmup_epochs' = {} ({}) "
+        "are both set; set only one",
+        s.warmup_steps, where("schedule.warmup_steps"), s.warmup_epochs,
+        where("schedule.warmup_epochs")));
+  }
+  if (s.warmup != "none" && s.warmup_steps == 0 && s.warmup_epochs == 0) {
+    throw ConfigError(fmt::format(
+        "config key 'schedule.warmup' = \"{}\" in {} needs a length; set schedule.warmup_steps "
+        "or schedule.warmup_epochs > 0",
+        s.warmup, where("schedule.warmup")));
+  }
+  if (s.decay == "step" && s.step_size == 0) {
+    throw ConfigError(fmt::format(
+        "config key 'schedule.step_size' = 0 in {} must be > 0 when schedule.decay = \"step\"",
+        where("schedule.step_size")));
+  }
+  const auto& shape = config.data.synthetic_shape;
+  std::int64_t numel = 1;
+  for (auto dim : shape) numel *= dim;
+  if (shape.size() != 3 || numel > 65536) {
+    throw ConfigError(fmt::format(
+        "config key 'data.synthetic_shape' = [{}] in {} must be 3 sizes (C, H, W) of at most "
+        "65536 values in all",
+        fmt::join(shape, ", "), where("data.synthetic_shape")));
+  }
+}
+
+}  // namespace
+
+Config parse_config(std::string_view toml_text, const std::string& source,
+                    const std::vector<std::string>& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(fmt::format("cannot parse config {} at line {}, column {}: {}", source,
+                                  e.source().begin.line, e.source().begin.column, e.description()));
+  }
+  Config config;
+  Origins origins;
+  apply_table(config, root, source, origins);
+  for (const auto& assignment : overrides) apply_override_impl(config, assignment, origins);
+  validate_impl(config, origins);
+  return config;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw ConfigError(
+        fmt::format("cannot open config file {}; check the path given to --config", path));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path, overrides);
+}
+
+void apply_override(Config& config, std::string_view assignment) {
+  Origins origins;
+  apply_override_impl(config, assignment, origins);
+}
+
+void validate(const Config& config) { validate_impl(config, Origins{}); }
+
+std::string to_toml(const Config& config) {
+  Config copy = config;
+  const auto table = fields(copy);
+  std::string out =
+      "# dtrain configuration. Every key is listed with its meaning and accepted values;\n"
+      "# `dtrain train --config FILE` reads it, `--set section.key=value` overrides a key.\n";
+  for (const char* section : kSections) {
+    out += fmt::format("\n[{}]\n", section);
+    for (const auto& field : table) {
+      if (field.section != std::string_view(section)) continue;
+      out += fmt::format("# {} ({})\n{} = {}\n", field.help, range_text(field), field.key,
+                         format_value(field.target));
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> config_keys() {
+  Config config;
+  std::vector<std::string> keys;
+  for (const auto& field : fields(config)) keys.push_back(field.name());
+  return keys;
+}
+
+}  // namespace dtrain::train

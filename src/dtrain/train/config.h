@@ -1,0 +1,128 @@
+// train::Config: everything a training run depends on, read from a TOML file with a default for
+// every key, then `--set section.key=value` overrides, then validated.
+//
+// The key table in config.cc is the single source of truth: parsing, overrides, validation, the
+// resolved.toml written into each run folder and `dtrain config` all walk it, so a key added there
+// is accepted, checked and written everywhere. Unknown sections or keys are errors (a typo must not
+// silently train with a default), and every error names the key, the value, the file (or the
+// --set argument) and what is accepted.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dtrain::train {
+
+// [model]: what nn::build_model builds (see nn/model_zoo.h for the meaning of each key).
+struct ModelSection {
+  std::string name = "mlp";                    // mlp | lenet5 | resnet
+  std::vector<std::int64_t> hidden{256, 256};  // mlp hidden widths
+  std::string activation = "relu";
+  double activation_alpha = 0.01;
+  double dropout = 0.0;
+  std::string init = "he";  // he | xavier | normal
+  double init_sigma = 0.01;
+  std::int64_t resnet_width = 16;
+  std::int64_t resnet_blocks = 1;
+  bool operator==(const ModelSection&) const = default;
+};
+
+// [data]: the data set and how much of it to use.
+struct DataSection {
+  std::string dataset = "fashion-mnist";  // fashion-mnist | mnist | cifar10 | synthetic
+  std::string path = "/usr/share/datasets/fashion-mnist";
+  // synthetic only: Gaussian class clusters (data::make_synthetic); one draw of
+  // synthetic_samples + synthetic_test_samples is split into train and test, so both come from the
+  // same class means.
+  std::int64_t synthetic_samples = 2048;
+  std::int64_t synthetic_test_samples = 512;
+  std::int64_t synthetic_classes = 10;
+  std::vector<std::int64_t> synthetic_shape{1, 8, 8};  // (C, H, W)
+  double synthetic_noise = 0.5;
+  std::int64_t synthetic_seed = 1;
+  // Use only the first N samples (0 = all): for quick runs.
+  std::int64_t limit_train = 0;
+  std::int64_t limit_test = 0;
+  bool operator==(const DataSection&) const = default;
+};
+
+// [train]: the loop.
+struct TrainSection {
+  std::int64_t epochs = 5;
+  std::int64_t batch_size = 128;
+  std::int64_t seed = 0;  // model init, shuffling and dropout streams
+  std::int64_t threads = 1;
+  std::string loss = "cross_entropy";  // cross_entropy | mse (on one-hot targets)
+  std::int64_t log_every = 100;        // steps between metrics.jsonl step records
+  std::int64_t eval_every_steps = 0;   // 0 = evaluate at epoch ends only
+  std::vector<double> accuracy_targets{0.85, 0.88};
+  std::int64_t checkpoint_every = 1;  // epochs; 0 = only at the end
+  std::int64_t keep_checkpoints = 2;  // newest N kept; 0 = keep all
+  bool operator==(const TrainSection&) const = default;
+};
+
+// [optim]: optim::OptimizerConfig; lr is the schedule's base learning rate.
+struct OptimSection {
+  std::string name = "sgd";  // sgd | adam | adamw | lars
+  double lr = 0.1;
+  double momentum = 0.0;  // sgd, lars only (adam and adamw reject a non-zero value)
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double trust_coefficient = 0.001;
+  bool operator==(const OptimSection&) const = default;
+};
+
+// [schedule]: optim::ScheduleConfig. warmup_epochs is converted to steps by the trainer.
+struct ScheduleSection {
+  std::string decay = "constant";  // constant | step | cosine
+  std::int64_t step_size = 0;
+  double gamma = 0.1;
+  double min_lr = 0.0;
+  std::string scaling = "none";  // none | linear | sqrt
+  std::int64_t base_batch = 128;
+  std::string warmup = "none";  // none | constant | gradual
+  std::int64_t warmup_steps = 0;
+  std::int64_t warmup_epochs = 0;
+  double warmup_factor = 0.1;
+  bool operator==(const ScheduleSection&) const = default;
+};
+
+struct Config {
+  ModelSection model;
+  DataSection data;
+  TrainSection train;
+  OptimSection optim;
+  ScheduleSection schedule;
+  bool operator==(const Config&) const = default;
+};
+
+// Reads `path` (TOML), applies `overrides` ("section.key=value", in order) and validates. Throws
+// ConfigError for a missing or unparsable file, an unknown section or key, a value of the wrong
+// type, or a value out of range.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The same from TOML text; `source` names it in error messages (a file name).
+Config parse_config(std::string_view toml_text, const std::string& source,
+                    const std::vector<std::string>& overrides = {});
+
+// Applies one "section.key=value" to `config` without validating ranges (types are checked). The
+// value is read as TOML for the key's type: 3, 0.1, 1e-3, true, [256, 256], "text"; a string key
+// also takes a bare word (model.name=resnet).
+void apply_override(Config& config, std::string_view assignment);
+
+// Range and cross-key checks; ConfigError naming the key, the value and the accepted range.
+void validate(const Config& config);
+
+// The config as TOML, every key written with a comment giving its meaning and accepted values;
+// parse_config(to_toml(c)) == c.
+std::string to_toml(const Config& config);
+
+// "section.key" of every accepted key, in table order.
+std::vector<std::string> config_keys();
+
+}  // namespace dtrain::train

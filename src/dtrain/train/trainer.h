@@ -1,0 +1,103 @@
+// Trainer: one training run from a Config to a run folder.
+//
+// A run folder holds
+//   resolved.toml          the full configuration, every default filled in (re-readable)
+//   metrics.jsonl          step / eval / epoch records (metrics.h)
+//   summary.json           written at the end
+//   checkpoints/epoch-N.ckpt and checkpoints/latest
+//
+// One step (train_step) is, in order: zero the gradients, forward, loss, backward (which adds into
+// the flat gradient buffer), then one optimizer update over the flat buffers. Data parallelism
+// slots its gradient allreduce between backward and the update, and nothing else in the loop
+// needs to change.
+//
+// Epochs: epoch e visits data::ShuffledSampler(N, seed).epoch_order(e) in batches of batch_size;
+// the last partial batch (N % batch_size samples) is trained on too, so steps_per_epoch =
+// ceil(N / batch_size). Its loss is a mean over fewer samples, so those samples weigh a little more
+// in that one update; every sample is seen once per epoch.
+//
+// Reproducibility: initialisation, shuffling and dropout all draw from counter-based streams of
+// train.seed, so the same config and thread count give bitwise-identical losses and parameters,
+// and a run resumed from a checkpoint continues exactly as the uninterrupted run would have.
+//
+// Timing: train_seconds counts forward, loss, backward, update and the batch copy; evaluation,
+// checkpoints and logging are excluded (as the peer measurements in ../shared/peers do).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dtrain/nn/model.h"
+#include "dtrain/nn/model_zoo.h"
+#include "dtrain/optim/lr_schedule.h"
+#include "dtrain/optim/optimizer.h"
+#include "dtrain/train/config.h"
+#include "dtrain/train/metrics.h"
+#include "dtrain/train/run_data.h"
+
+namespace dtrain::train {
+
+struct TrainerOptions {
+  std::string run_dir;      // created when missing
+  bool resume = false;      // continue from run_dir/checkpoints/latest
+  bool quiet = false;       // no progress output
+  std::FILE* out = stderr;  // where progress goes
+};
+
+// nn::ModelSpec for `config` on data whose samples have `sample_shape`, with `classes` outputs.
+nn::ModelSpec model_spec(const ModelSection& config, const tensor::Shape& sample_shape,
+                         std::int64_t classes);
+optim::OptimizerConfig optimizer_config(const OptimSection& config);
+// The schedule of a run of `epochs` x `steps_per_epoch` steps: base_lr = optim.lr, global_batch =
+// batch_size, warmup_epochs converted to steps, and for cosine decay total_steps = the steps after
+// warmup, so the last step of the run reaches min_lr.
+optim::ScheduleConfig schedule_config(const Config& config, std::int64_t steps_per_epoch);
+
+class Trainer {
+ public:
+  // Loads the data and builds the model, optimizer and schedule; nothing is written yet.
+  Trainer(Config config, TrainerOptions options);
+  ~Trainer();
+
+  // Trains to config.train.epochs (from the checkpoint when resuming), writing the run folder.
+  RunSummary run();
+
+  const Config& config() const { return config_; }
+  nn::Model& model() { return *model_; }
+  std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
+
+  // One optimizer step on batch (x, labels) at global step `step`; returns the batch's mean loss.
+  // `correct` receives the count of correctly classified samples of the batch.
+  float train_step(const tensor::Tensor& x, std::span<const std::int32_t> labels, std::int64_t step,
+                   std::int64_t* correct);
+
+  struct Evaluation {
+    double loss = 0.0;
+    double accuracy = 0.0;
+  };
+  // Mean loss and accuracy over the whole test set, in eval mode.
+  Evaluation evaluate();
+
+ private:
+  // The loss of logits against labels (cross entropy, or mse against one-hot targets), writing
+  // dlogits when not null.
+  float compute_loss(const tensor::Tensor& logits, std::span<const std::int32_t> labels,
+                     tensor::Tensor* dlogits);
+  void prepare_run_dir();
+
+  Config config_;
+  TrainerOptions options_;
+  RunData data_;
+  std::unique_ptr<nn::Model> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LrSchedule> schedule_;
+  std::int64_t steps_per_epoch_ = 0;
+  tensor::Tensor dlogits_;
+  tensor::Tensor one_hot_;
+};
+
+}  // namespace dtrain::train

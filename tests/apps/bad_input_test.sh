@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Bad input to `dtrain train`: each case must print exactly one line starting with "error:" on
+# stderr and exit non-zero (1 for command-line usage, 2 for bad input), never crash or trace.
+# Usage: bash bad_input_test.sh /path/to/dtrain     (run by ctest as apps.bad_input_test)
+set -uo pipefail
+DTRAIN=$(realpath "$1")
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+cd "$ROOT"
+failures=0
+
+# expect_error NAME CODE PATTERN -- ARGS...: dtrain ARGS must exit with CODE and print one line,
+# "error: ...", matching PATTERN (grep -E).
+expect_error() {
+  local name=$1 code=$2 pattern=$3
+  shift 4
+  "$DTRAIN" "$@" > "$TMP/out" 2> "$TMP/err"
+  local rc=$?
+  local lines
+  lines=$(wc -l < "$TMP/err")
+  if [[ $rc -ne $code ]]; then
+    echo "FAIL $name: exit code $rc, expected $code"; cat "$TMP/err"; failures=$((failures + 1))
+  elif [[ $lines -ne 1 ]] || ! head -1 "$TMP/err" | grep -q '^error: '; then
+    echo "FAIL $name: stderr is not one 'error:' line:"; cat "$TMP/err"; failures=$((failures + 1))
+  elif ! grep -Eq -- "$pattern" "$TMP/err"; then
+    echo "FAIL $name: message does not match /$pattern/:"; cat "$TMP/err"; failures=$((failures + 1))
+  else
+    echo "ok $name: $(cat "$TMP/err")"
+  fi
+}
+
+quick=examples/synthetic_quick.toml
+
+expect_error missing-data-path 2 "/nonexistent/fmnist" -- \
+  train --config examples/fashion_mlp.toml --set data.path=/nonexistent/fmnist --out "$TMP/r1"
+
+printf '[optim]\nlrr = 0.1\n' > "$TMP/typo.toml"
+expect_error unknown-key 2 "unknown config key 'optim.lrr' in .*typo.toml; accepted keys in \[optim\]: name, lr" -- \
+  train --config "$TMP/typo.toml" --out "$TMP/r2"
+
+printf '[optimizer]\nlr = 0.1\n' > "$TMP/section.toml"
+expect_error unknown-section 2 "unknown config section '\[optimizer\]'" -- \
+  train --config "$TMP/section.toml" --out "$TMP/r3"
+
+expect_error out-of-range 2 "'optim.momentum' = 1.5 .* out of range; accepted: 0 <= value < 1" -- \
+  train --config "$quick" --set optim.momentum=1.5 --out "$TMP/r4"
+
+expect_error wrong-type 2 "'train.epochs' .* must be an integer" -- \
+  train --config "$quick" --set train.epochs=many --out "$TMP/r5"
+
+printf '[train]\nepochs = = 2\n' > "$TMP/syntax.toml"
+expect_error malformed-toml 2 "cannot parse config .*syntax.toml at line 2" -- \
+  train --config "$TMP/syntax.toml" --out "$TMP/r6"
+
+expect_error missing-config 2 "cannot open config file $TMP/none.toml" -- \
+  train --config "$TMP/none.toml"
+
+# A corrupt checkpoint on --resume: flip one byte in the middle of the only checkpoint.
+"$DTRAIN" train --config "$quick" --epochs 1 --quiet --out "$TMP/run" || { echo "FAIL setup run"; exit 1; }
+python3 - "$TMP/run/checkpoints/epoch-1.ckpt" <<'PY'
+import sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+data[len(data) // 2] ^= 0x55
+open(path, "wb").write(data)
+PY
+expect_error corrupt-checkpoint 2 "checkpoint .*epoch-1.ckpt is corrupt: CRC-32" -- \
+  train --resume "$TMP/run" --epochs 2
+head -c 100 "$TMP/run/checkpoints/epoch-1.ckpt" > "$TMP/cut" && mv "$TMP/cut" "$TMP/run/checkpoints/epoch-1.ckpt"
+expect_error truncated-checkpoint 2 "epoch-1.ckpt is truncated" -- \
+  train --resume "$TMP/run" --epochs 2
+expect_error resume-other-key 2 "only train.epochs" -- \
+  train --resume "$TMP/run" --set optim.lr=0.5
+expect_error resume-not-a-run 2 "resolved.toml is missing" -- \
+  train --resume "$TMP"
+
+expect_error existing-run 2 "already holds a run" -- \
+  train --config "$quick" --epochs 1 --quiet --out "$TMP/run"
+
+expect_error unknown-flag 1 "see .dtrain train --help" -- train --config "$quick" --bogus
+expect_error no-config 1 "--config FILE or --resume DIR" -- train
+expect_error no-command 1 "subcommand" --
+
+"$DTRAIN" train --help > "$TMP/help" 2>&1 || { echo "FAIL: train --help exited non-zero"; failures=$((failures + 1)); }
+for word in --config --set --out --resume --epochs --threads --quiet Examples summary.json metrics.jsonl; do
+  grep -q -- "$word" "$TMP/help" || { echo "FAIL: train --help does not mention $word"; failures=$((failures + 1)); }
+done
+"$DTRAIN" --version | grep -Eq '^dtrain [0-9]+\.[0-9]+\.[0-9]+$' || { echo "FAIL: --version"; failures=$((failures + 1)); }
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "all bad-input cases passed"

@@ -1,0 +1,288 @@
+// Checkpoint files: exact round trip, and every kind of damage a CheckpointError naming the file.
+#include "dtrain/train/checkpoint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "dtrain/base/error.h"
+#include "dtrain/train/atomic_file.h"
+#include "dtrain/train/checkpoint_dir.h"
+
+namespace dtrain::train {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// A fresh folder under the system temp dir, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() /
+            fmt::format("dtrain_ckpt_{}_{}_{}", info->name(), ::getpid(), counter_++);
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+// A store shaped like a tiny model: two parameters and one buffer.
+nn::ParamStore make_store(std::int64_t hidden = 3) {
+  nn::ParamStore store;
+  store.add_param("fc1.weight", {hidden, 4}, true);
+  store.add_param("fc1.bias", {hidden}, false);
+  store.add_buffer("bn.running_mean", {hidden});
+  store.finalize();
+  for (std::int64_t i = 0; i < store.num_params(); ++i) store.params()[i] = 0.5f * i - 1.0f;
+  for (std::int64_t i = 0; i < store.num_buffer_elements(); ++i) store.buffers()[i] = 0.25f * i;
+  return store;
+}
+
+Checkpoint make_checkpoint(const nn::ParamStore& store) {
+  Checkpoint c;
+  c.epoch = 3;
+  c.global_step = 1407;
+  c.optimizer_steps = 1407;
+  c.seed = 0xdeadbeefcafeULL;
+  c.sampler_epoch = 3;
+  c.sampler_position = 0;
+  c.scalars = {{"train_seconds", 12.5}, {"tta:0.85", -1.0}};
+  capture_from(store, c);
+  NamedValues momentum{"sgd.momentum", {}};
+  for (std::int64_t i = 0; i < store.num_params(); ++i) momentum.values.push_back(0.001f * i);
+  c.optimizer_state.push_back(momentum);
+  return c;
+}
+
+void expect_equal(const Checkpoint& a, const Checkpoint& b) {
+  EXPECT_EQ(a.epoch, b.epoch);
+  EXPECT_EQ(a.global_step, b.global_step);
+  EXPECT_EQ(a.optimizer_steps, b.optimizer_steps);
+  EXPECT_EQ(a.seed, b.seed);
+  EXPECT_EQ(a.sampler_epoch, b.sampler_epoch);
+  EXPECT_EQ(a.sampler_position, b.sampler_position);
+  EXPECT_EQ(a.scalars, b.scalars);
+  ASSERT_EQ(a.param_table.size(), b.param_table.size());
+  for (std::size_t i = 0; i < a.param_table.size(); ++i) {
+    EXPECT_EQ(a.param_table[i].name, b.param_table[i].name);
+    EXPECT_EQ(a.param_table[i].shape, b.param_table[i].shape);
+    EXPECT_EQ(a.param_table[i].offset, b.param_table[i].offset);
+    EXPECT_EQ(a.param_table[i].numel, b.param_table[i].numel);
+    EXPECT_EQ(a.param_table[i].weight_decay, b.param_table[i].weight_decay);
+  }
+  EXPECT_EQ(a.buffer_table.size(), b.buffer_table.size());
+  EXPECT_EQ(a.params, b.params);
+  EXPECT_EQ(a.buffers, b.buffers);
+  EXPECT_EQ(a.optimizer_state, b.optimizer_state);
+}
+
+template <typename Fn>
+std::string checkpoint_error(Fn&& fn) {
+  try {
+    fn();
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a CheckpointError";
+  return "";
+}
+
+TEST(Checkpoint, RoundTripThroughAFile) {
+  TempDir dir;
+  nn::ParamStore store = make_store();
+  const Checkpoint saved = make_checkpoint(store);
+  write_checkpoint(dir.file("a.ckpt"), saved);
+  EXPECT_FALSE(fs::exists(dir.file("a.ckpt.tmp")));
+  const Checkpoint loaded = read_checkpoint(dir.file("a.ckpt"));
+  expect_equal(saved, loaded);
+  EXPECT_DOUBLE_EQ(loaded.scalar("train_seconds", 0.0), 12.5);
+  EXPECT_DOUBLE_EQ(loaded.scalar("absent", 7.0), 7.0);
+
+  nn::ParamStore other = make_store();
+  std::fill(other.params(), other.params() + other.num_params(), 0.0f);
+  restore_into(loaded, other, "a.ckpt");
+  EXPECT_TRUE(std::equal(store.params(), store.params() + store.num_params(), other.params()));
+  EXPECT_TRUE(
+      std::equal(store.buffers(), store.buffers() + store.num_buffer_elements(), other.buffers()));
+}
+
+TEST(Checkpoint, HeaderLayoutIsAsDocumented) {
+  nn::ParamStore store = make_store();
+  const std::string bytes = encode_checkpoint(make_checkpoint(store));
+  EXPECT_EQ(bytes.substr(0, 8), "DTRAINCK");
+  EXPECT_EQ(static_cast<unsigned char>(bytes[8]), kCheckpointVersion);  // little-endian u32
+  std::uint64_t payload = 0;
+  for (int i = 0; i < 8; ++i) {
+    payload |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[16 + i])) << (8 * i);
+  }
+  EXPECT_EQ(payload + 28, bytes.size());
+}
+
+TEST(Checkpoint, EveryTruncationIsRejected) {
+  nn::ParamStore store = make_store();
+  const std::string bytes = encode_checkpoint(make_checkpoint(store));
+  for (std::size_t length = 0; length < bytes.size(); ++length) {
+    const std::string message =
+        checkpoint_error([&] { decode_checkpoint(bytes.substr(0, length), "cut.ckpt"); });
+    EXPECT_THAT(message, HasSubstr("cut.ckpt")) << "length " << length;
+  }
+  EXPECT_THAT(checkpoint_error([&] { decode_checkpoint(bytes.substr(0, 100), "cut.ckpt"); }),
+              HasSubstr("truncated"));
+}
+
+TEST(Checkpoint, EveryFlippedByteIsRejected) {
+  nn::ParamStore store = make_store();
+  const std::string bytes = encode_checkpoint(make_checkpoint(store));
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    std::string damaged = bytes;
+    damaged[i] = static_cast<char>(damaged[i] ^ 0x10);
+    const std::string message = checkpoint_error([&] { decode_checkpoint(damaged, "flip.ckpt"); });
+    EXPECT_THAT(message, HasSubstr("flip.ckpt")) << "byte " << i;
+  }
+  std::string damaged = bytes;
+  damaged[200] = static_cast<char>(damaged[200] ^ 1);
+  EXPECT_THAT(checkpoint_error([&] { decode_checkpoint(damaged, "flip.ckpt"); }),
+              HasSubstr("corrupt: CRC-32"));
+}
+
+TEST(Checkpoint, WrongMagicAndVersion) {
+  nn::ParamStore store = make_store();
+  std::string bytes = encode_checkpoint(make_checkpoint(store));
+  std::string wrong_magic = bytes;
+  wrong_magic[0] = 'X';
+  EXPECT_THAT(checkpoint_error([&] { decode_checkpoint(wrong_magic, "m.ckpt"); }),
+              HasSubstr("m.ckpt is not a dtrain checkpoint"));
+  std::string wrong_version = bytes;
+  wrong_version[8] = 2;
+  EXPECT_THAT(checkpoint_error([&] { decode_checkpoint(wrong_version, "v.ckpt"); }),
+              HasSubstr("format version 2; this dtrain reads version 1"));
+  EXPECT_THAT(checkpoint_error([&] { decode_checkpoint(bytes + "x", "t.ckpt"); }),
+              HasSubstr("trailing bytes"));
+}
+
+TEST(Checkpoint, HugeClaimedCountIsRejectedBeforeAllocating) {
+  // A payload whose parameter count claims 2^60 floats, with a valid checksum: the reader must
+  // refuse it from the bytes left, not try to allocate 4 EiB.
+  Checkpoint c;
+  std::string bytes = encode_checkpoint(c);
+  // Empty checkpoint payload: 6 x 8 counters, u32 scalars, two u32 tables, then i64 params count.
+  const std::size_t params_count_at = 24 + 48 + 4 + 4 + 4;
+  for (int i = 0; i < 8; ++i) bytes[params_count_at + i] = 0;
+  bytes[params_count_at + 7] = 0x10;
+  // Recompute the CRC so that only the count is wrong.
+  const std::size_t crc_at = bytes.size() - 4;
+  const auto crc = static_cast<std::uint32_t>(
+      crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), crc_at));
+  for (int i = 0; i < 4; ++i) bytes[crc_at + i] = static_cast<char>(crc >> (8 * i));
+  EXPECT_THAT(checkpoint_error([&] { decode_checkpoint(bytes, "huge.ckpt"); }),
+              AllOf(HasSubstr("huge.ckpt is malformed"), HasSubstr("parameters claims")));
+}
+
+TEST(Checkpoint, MismatchedModelNamesTheFirstDifferingTensor) {
+  nn::ParamStore store = make_store(3);
+  const Checkpoint saved = make_checkpoint(store);
+  nn::ParamStore wider = make_store(5);
+  EXPECT_THAT(checkpoint_error([&] { check_layout(saved, wider, "w.ckpt"); }),
+              AllOf(HasSubstr("checkpoint w.ckpt does not match the model"),
+                    HasSubstr("'fc1.weight' [3, 4] at offset 0 in the checkpoint"),
+                    HasSubstr("'fc1.weight' [5, 4] at offset 0 in the model")));
+
+  nn::ParamStore longer;
+  longer.add_param("fc1.weight", {3, 4}, true);
+  longer.add_param("fc1.bias", {3}, false);
+  longer.add_param("fc2.weight", {2, 3}, true);
+  longer.add_buffer("bn.running_mean", {3});
+  longer.finalize();
+  EXPECT_THAT(checkpoint_error([&] { check_layout(saved, longer, "l.ckpt"); }),
+              AllOf(HasSubstr("2 parameter tensors, the model 3"), HasSubstr("'fc2.weight'"),
+                    HasSubstr("only in the model")));
+  nn::ParamStore target = make_store(5);
+  EXPECT_THROW(restore_into(saved, target, "w.ckpt"), CheckpointError);
+}
+
+TEST(Checkpoint, MissingFile) {
+  EXPECT_THAT(checkpoint_error([] { read_checkpoint("/nonexistent/dtrain/x.ckpt"); }),
+              HasSubstr("/nonexistent/dtrain/x.ckpt"));
+}
+
+TEST(Checkpoint, FailedWriteLeavesThePreviousFileIntact) {
+  TempDir dir;
+  nn::ParamStore store = make_store();
+  const Checkpoint first = make_checkpoint(store);
+  const std::string path = dir.file("run.ckpt");
+  write_checkpoint(path, first);
+  const std::string before = read_whole_file(path);
+
+  // Block the temporary file's name with a folder: the write fails before touching `path`.
+  fs::create_directories(path + ".tmp");
+  Checkpoint second = first;
+  second.epoch = 4;
+  second.params.assign(second.params.size(), 9.0f);
+  EXPECT_THAT(checkpoint_error([&] { write_checkpoint(path, second); }),
+              AllOf(HasSubstr(path), HasSubstr("unchanged")));
+  EXPECT_EQ(read_whole_file(path), before);
+  expect_equal(read_checkpoint(path), first);
+
+  // Once the obstacle is gone the same write succeeds and replaces the file.
+  fs::remove_all(path + ".tmp");
+  write_checkpoint(path, second);
+  EXPECT_EQ(read_checkpoint(path).epoch, 4);
+}
+
+TEST(CheckpointDir, SavesPointsLatestAndKeepsTheNewest) {
+  TempDir dir;
+  nn::ParamStore store = make_store();
+  CheckpointDir checkpoints((dir.path() / "checkpoints").string(), /*keep=*/2);
+  Checkpoint c = make_checkpoint(store);
+  for (std::int64_t epoch = 1; epoch <= 4; ++epoch) {
+    c.epoch = epoch;
+    const std::string path = checkpoints.save(c, epoch);
+    EXPECT_EQ(checkpoints.latest_path(), path);
+    EXPECT_EQ(read_checkpoint(checkpoints.latest_path()).epoch, epoch);
+  }
+  const auto files = checkpoints.list();
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_THAT(files[0], HasSubstr("epoch-3.ckpt"));
+  EXPECT_THAT(files[1], HasSubstr("epoch-4.ckpt"));
+  EXPECT_EQ(read_whole_file((dir.path() / "checkpoints" / "latest").string()), "epoch-4.ckpt\n");
+}
+
+TEST(CheckpointDir, KeepZeroKeepsAll) {
+  TempDir dir;
+  nn::ParamStore store = make_store();
+  CheckpointDir checkpoints(dir.path().string(), /*keep=*/0);
+  for (std::int64_t epoch = 1; epoch <= 12; ++epoch)
+    checkpoints.save(make_checkpoint(store), epoch);
+  const auto files = checkpoints.list();
+  ASSERT_EQ(files.size(), 12u);
+  EXPECT_THAT(files.back(), HasSubstr("epoch-12.ckpt"));  // numeric, not lexical, order
+  EXPECT_THAT(files[1], HasSubstr("epoch-2.ckpt"));
+}
+
+TEST(CheckpointDir, MissingOrBadLatest) {
+  TempDir dir;
+  CheckpointDir checkpoints(dir.path().string(), 2);
+  EXPECT_THAT(checkpoint_error([&] { checkpoints.latest_path(); }),
+              HasSubstr("no checkpoint to resume from"));
+  write_file_atomically(dir.file("latest"), "../../etc/passwd\n");
+  EXPECT_THAT(checkpoint_error([&] { checkpoints.latest_path(); }),
+              HasSubstr("should name a checkpoint file like epoch-3.ckpt"));
+  write_file_atomically(dir.file("latest"), "epoch-7.ckpt\n");
+  EXPECT_THAT(checkpoint_error([&] { checkpoints.latest_path(); }), HasSubstr("does not exist"));
+}
+
+}  // namespace
+}  // namespace dtrain::train

@@ -1,0 +1,238 @@
+// train::Config: defaults, TOML parsing, --set overrides, and the error for each kind of bad key.
+#include "dtrain/train/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "dtrain/base/error.h"
+
+namespace dtrain::train {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// The message of the ConfigError that `fn` throws (fails the test when it throws none).
+template <typename Fn>
+std::string config_error(Fn&& fn) {
+  try {
+    fn();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a ConfigError";
+  return "";
+}
+
+TEST(Config, EmptyFileGivesTheDefaults) {
+  const Config config = parse_config("", "empty.toml");
+  EXPECT_EQ(config, Config{});
+  EXPECT_EQ(config.model.name, "mlp");
+  EXPECT_EQ(config.model.hidden, (std::vector<std::int64_t>{256, 256}));
+  EXPECT_EQ(config.data.path, "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(config.train.batch_size, 128);
+  EXPECT_EQ(config.train.accuracy_targets, (std::vector<double>{0.85, 0.88}));
+}
+
+TEST(Config, ReadsEveryKindOfValue) {
+  const Config config = parse_config(R"(
+[model]
+name = "lenet5"
+hidden = [512, 128, 64]
+dropout = 0.25
+[data]
+dataset = "synthetic"
+synthetic_shape = [3, 4, 5]
+[train]
+epochs = 7
+accuracy_targets = [0.5, 1]    # an integer is accepted where a number is expected
+[optim]
+lr = 1e-3
+nesterov = true
+weight_decay = 0     # integer 0 read as 0.0
+)",
+                                     "kinds.toml");
+  EXPECT_EQ(config.model.name, "lenet5");
+  EXPECT_EQ(config.model.hidden, (std::vector<std::int64_t>{512, 128, 64}));
+  EXPECT_DOUBLE_EQ(config.model.dropout, 0.25);
+  EXPECT_EQ(config.data.synthetic_shape, (std::vector<std::int64_t>{3, 4, 5}));
+  EXPECT_EQ(config.train.epochs, 7);
+  EXPECT_EQ(config.train.accuracy_targets, (std::vector<double>{0.5, 1.0}));
+  EXPECT_DOUBLE_EQ(config.optim.lr, 1e-3);
+  EXPECT_TRUE(config.optim.nesterov);
+  EXPECT_EQ(config.optim.weight_decay, 0.0);
+  // Untouched keys keep their defaults.
+  EXPECT_EQ(config.train.batch_size, 128);
+}
+
+TEST(Config, OverridesParseByTheKeyType) {
+  const Config config =
+      parse_config("[train]\nepochs = 3\n", "base.toml",
+                   {"train.epochs=9", "optim.lr=0.05", "optim.nesterov=true",
+                    "model.hidden=[32,16]", "model.name=resnet", "data.path=/tmp/some dir/x",
+                    "model.init=\"xavier\"", "train.accuracy_targets=[0.9]"});
+  EXPECT_EQ(config.train.epochs, 9);  // the override wins over the file
+  EXPECT_DOUBLE_EQ(config.optim.lr, 0.05);
+  EXPECT_TRUE(config.optim.nesterov);
+  EXPECT_EQ(config.model.hidden, (std::vector<std::int64_t>{32, 16}));
+  EXPECT_EQ(config.model.name, "resnet");
+  EXPECT_EQ(config.data.path, "/tmp/some dir/x");
+  EXPECT_EQ(config.model.init, "xavier");
+  EXPECT_EQ(config.train.accuracy_targets, (std::vector<double>{0.9}));
+}
+
+TEST(Config, LaterOverrideWins) {
+  const Config config = parse_config("", "x.toml", {"train.epochs=2", "train.epochs=4"});
+  EXPECT_EQ(config.train.epochs, 4);
+}
+
+TEST(Config, UnknownKeyListsTheAcceptedKeys) {
+  const std::string message =
+      config_error([] { parse_config("[optim]\nlrr = 0.1\n", "run.toml"); });
+  EXPECT_THAT(message, AllOf(HasSubstr("unknown config key 'optim.lrr' in run.toml"),
+                             HasSubstr("accepted keys in [optim]: name, lr, momentum, nesterov")));
+}
+
+TEST(Config, UnknownKeyInOverride) {
+  const std::string message = config_error([] { parse_config("", "run.toml", {"train.epoch=3"}); });
+  EXPECT_THAT(message, AllOf(HasSubstr("unknown config key 'train.epoch' in --set train.epoch=3"),
+                             HasSubstr("epochs")));
+}
+
+TEST(Config, UnknownSectionListsTheSections) {
+  const std::string message =
+      config_error([] { parse_config("[optimizer]\nlr = 0.1\n", "run.toml"); });
+  EXPECT_THAT(message, AllOf(HasSubstr("unknown config section '[optimizer]' in run.toml"),
+                             HasSubstr("model, data, train, optim, schedule")));
+}
+
+TEST(Config, KeyOutsideASection) {
+  const std::string message = config_error([] { parse_config("epochs = 3\n", "run.toml"); });
+  EXPECT_THAT(message, HasSubstr("'epochs' in run.toml is outside any section"));
+}
+
+TEST(Config, WrongTypeNamesKeyValueAndType) {
+  EXPECT_THAT(
+      config_error([] { parse_config("[train]\nepochs = \"five\"\n", "run.toml"); }),
+      AllOf(HasSubstr("'train.epochs' in run.toml must be an integer"), HasSubstr("\"five\"")));
+  EXPECT_THAT(config_error([] { parse_config("[train]\nepochs = 2.5\n", "run.toml"); }),
+              AllOf(HasSubstr("'train.epochs'"), HasSubstr("an integer"), HasSubstr("2.5")));
+  EXPECT_THAT(config_error([] { parse_config("[optim]\nnesterov = 1\n", "run.toml"); }),
+              AllOf(HasSubstr("'optim.nesterov'"), HasSubstr("true or false")));
+  EXPECT_THAT(config_error([] { parse_config("[model]\nhidden = [256, \"x\"]\n", "run.toml"); }),
+              AllOf(HasSubstr("'model.hidden'"), HasSubstr("a list of integers")));
+  EXPECT_THAT(
+      config_error([] { parse_config("", "run.toml", {"optim.lr=fast"}); }),
+      AllOf(HasSubstr("'optim.lr' in --set optim.lr=fast must be a number"), HasSubstr("'fast'")));
+  EXPECT_THAT(config_error([] { parse_config("", "run.toml", {"train.epochs=3.0"}); }),
+              HasSubstr("must be an integer"));
+}
+
+TEST(Config, OutOfRangeNamesKeyValueAndRange) {
+  EXPECT_THAT(config_error([] { parse_config("[optim]\nmomentum = 1.5\n", "run.toml"); }),
+              AllOf(HasSubstr("'optim.momentum' = 1.5 in run.toml is out of range"),
+                    HasSubstr("0 <= value < 1")));
+  EXPECT_THAT(config_error([] { parse_config("[optim]\nlr = 0\n", "run.toml"); }),
+              AllOf(HasSubstr("'optim.lr' = 0.0"), HasSubstr("value > 0")));
+  EXPECT_THAT(config_error([] { parse_config("", "run.toml", {"train.batch_size=0"}); }),
+              AllOf(HasSubstr("'train.batch_size' = 0 in --set train.batch_size=0"),
+                    HasSubstr("1 <= value <= 1048576")));
+  EXPECT_THAT(config_error([] { parse_config("[model]\nname = \"vgg\"\n", "run.toml"); }),
+              AllOf(HasSubstr("'model.name' = \"vgg\""),
+                    HasSubstr("one of \"mlp\", \"lenet5\", \"resnet\"")));
+  EXPECT_THAT(config_error([] { parse_config("[model]\nhidden = [256, 0]\n", "run.toml"); }),
+              AllOf(HasSubstr("'model.hidden' = [256, 0]"), HasSubstr("each element >= 1")));
+  EXPECT_THAT(
+      config_error([] { parse_config("[train]\naccuracy_targets = [0.8, 1.2]\n", "run.toml"); }),
+      AllOf(HasSubstr("'train.accuracy_targets'"), HasSubstr("0 < each element <= 1")));
+}
+
+TEST(Config, CrossKeyChecks) {
+  EXPECT_THAT(config_error([] {
+                parse_config(
+                    "[schedule]\nwarmup = \"gradual\"\nwarmup_steps = 5\nwarmup_epochs = 1\n",
+                    "run.toml");
+              }),
+              HasSubstr("set only one"));
+  EXPECT_THAT(config_error([] { parse_config("[schedule]\nwarmup = \"constant\"\n", "run.toml"); }),
+              HasSubstr("needs a length"));
+  EXPECT_THAT(config_error([] { parse_config("[schedule]\ndecay = \"step\"\n", "run.toml"); }),
+              HasSubstr("schedule.step_size"));
+  EXPECT_THAT(config_error([] { parse_config("[data]\nsynthetic_shape = [1, 8]\n", "run.toml"); }),
+              HasSubstr("3 sizes (C, H, W)"));
+}
+
+TEST(Config, MalformedTomlNamesFileAndLine) {
+  EXPECT_THAT(config_error([] { parse_config("[train]\nepochs = = 3\n", "bad.toml"); }),
+              AllOf(HasSubstr("cannot parse config bad.toml at line 2"), HasSubstr("column")));
+}
+
+TEST(Config, MalformedOverride) {
+  EXPECT_THAT(config_error([] { parse_config("", "x.toml", {"epochs=3"}); }),
+              HasSubstr("expected section.key=value"));
+  EXPECT_THAT(config_error([] { parse_config("", "x.toml", {"train.epochs"}); }),
+              HasSubstr("expected section.key=value"));
+}
+
+TEST(Config, MissingFile) {
+  EXPECT_THAT(config_error([] { load_config("/nonexistent/dtrain/run.toml"); }),
+              HasSubstr("cannot open config file /nonexistent/dtrain/run.toml"));
+}
+
+TEST(Config, ResolvedTomlReadsBackIdentically) {
+  Config config;
+  config.model.name = "resnet";
+  config.model.hidden = {};
+  config.model.dropout = 0.1;  // not exactly representable: must survive the text round trip
+  config.data.path = "/data/with \"quotes\" and \\ backslash";
+  config.data.synthetic_noise = 1.0 / 3.0;
+  config.train.accuracy_targets = {0.85, 0.875, 1.0};
+  config.optim.lr = 0.1 * 3;
+  config.optim.eps = 1e-12;
+  config.schedule.decay = "cosine";
+  config.schedule.min_lr = 1e-5;
+  const std::string text = to_toml(config);
+  const Config again = parse_config(text, "resolved.toml");
+  EXPECT_EQ(again, config) << text;
+  EXPECT_EQ(to_toml(again), text);
+}
+
+TEST(Config, LoadsFromAFileWithOverrides) {
+  const auto path = std::filesystem::temp_directory_path() / "dtrain_config_test.toml";
+  {
+    std::ofstream out(path);
+    out << "[train]\nepochs = 3\nbatch_size = 64\n";
+  }
+  const Config config = load_config(path.string(), {"train.batch_size=32"});
+  EXPECT_EQ(config.train.epochs, 3);
+  EXPECT_EQ(config.train.batch_size, 32);
+  std::filesystem::remove(path);
+}
+
+TEST(Config, EveryKeyIsWrittenAndUnique) {
+  const auto keys = config_keys();
+  const std::string text = to_toml(Config{});
+  std::set<std::string> seen;
+  for (const auto& key : keys) {
+    EXPECT_TRUE(seen.insert(key).second) << key << " listed twice";
+    const std::string bare = key.substr(key.find('.') + 1);
+    EXPECT_THAT(text, HasSubstr("\n" + bare + " = ")) << key;
+  }
+  EXPECT_GE(keys.size(), 40u);
+}
+
+TEST(Config, ValidateChecksAConfigBuiltInCode) {
+  Config config;
+  config.train.epochs = 0;
+  EXPECT_THAT(config_error([&] { validate(config); }),
+              AllOf(HasSubstr("'train.epochs' = 0 in the defaults"), HasSubstr("1 <=")));
+  Config fine;
+  EXPECT_NO_THROW(validate(fine));
+}
+
+}  // namespace
+}  // namespace dtrain::train

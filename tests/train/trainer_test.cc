@@ -1,0 +1,244 @@
+// Trainer on small synthetic runs: learning, bitwise determinism, resume equals an uninterrupted
+// run, the run folder's files, and the errors around run folders.
+#include "dtrain/train/trainer.h"
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "dtrain/base/error.h"
+#include "dtrain/train/atomic_file.h"
+#include "dtrain/train/checkpoint.h"
+
+namespace dtrain::train {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ =
+        fs::temp_directory_path() / fmt::format("dtrain_trainer_{}_{}", info->name(), ::getpid());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  std::string dir(const std::string& name) const { return (root_ / name).string(); }
+
+  // 300 training samples in batches of 32: 9 full batches and one of 12 per epoch.
+  static Config small_config() {
+    Config c;
+    c.data.dataset = "synthetic";
+    c.data.synthetic_samples = 300;
+    c.data.synthetic_test_samples = 100;
+    c.data.synthetic_classes = 4;
+    c.data.synthetic_shape = {1, 4, 4};
+    c.data.synthetic_noise = 0.8;
+    c.model.name = "mlp";
+    c.model.hidden = {16};
+    c.model.dropout = 0.1;  // exercises the per-step random streams
+    c.train.epochs = 4;
+    c.train.batch_size = 32;
+    c.train.seed = 5;
+    c.train.log_every = 1;
+    c.train.checkpoint_every = 1;
+    c.train.keep_checkpoints = 0;
+    c.train.accuracy_targets = {0.5, 0.9999};
+    c.optim.lr = 0.05;
+    c.optim.momentum = 0.9;
+    return c;
+  }
+
+  static RunSummary train(const Config& config, const std::string& run_dir, bool resume = false) {
+    Trainer trainer(config, TrainerOptions{run_dir, resume, /*quiet=*/true, stderr});
+    return trainer.run();
+  }
+
+  static std::vector<nlohmann::json> records(const std::string& run_dir, const std::string& kind) {
+    std::ifstream in(run_dir + "/metrics.jsonl");
+    std::vector<nlohmann::json> out;
+    std::string line;
+    while (std::getline(in, line)) {
+      auto record = nlohmann::json::parse(line);
+      if (record["kind"] == kind) out.push_back(record);
+    }
+    return out;
+  }
+
+  static std::vector<double> losses(const std::string& run_dir) {
+    std::vector<double> out;
+    for (const auto& record : records(run_dir, "step")) out.push_back(record["loss"].get<double>());
+    return out;
+  }
+
+  static std::vector<float> final_params(const std::string& run_dir, std::int64_t epoch) {
+    return read_checkpoint(fmt::format("{}/checkpoints/epoch-{}.ckpt", run_dir, epoch)).params;
+  }
+
+  fs::path root_;
+};
+
+TEST_F(TrainerTest, LearnsTheSyntheticProblemAndWritesTheRunFolder) {
+  const Config config = small_config();
+  const RunSummary summary = train(config, dir("run"));
+  EXPECT_GT(summary.final_test_accuracy, 0.9);  // chance is 0.25
+  EXPECT_GE(summary.best_test_accuracy, summary.final_test_accuracy);
+  EXPECT_EQ(summary.steps, 4 * 10);  // ceil(300 / 32) = 10 steps per epoch, partial batch used
+  EXPECT_EQ(summary.samples, 4 * 300);
+  EXPECT_EQ(summary.resumed_from_epoch, 0);
+
+  for (const char* file : {"resolved.toml", "metrics.jsonl", "summary.json", "checkpoints/latest",
+                           "checkpoints/epoch-1.ckpt", "checkpoints/epoch-4.ckpt"}) {
+    EXPECT_TRUE(fs::exists(dir("run") + "/" + file)) << file;
+  }
+  EXPECT_EQ(load_config(dir("run") + "/resolved.toml"), config);
+
+  const auto epochs = records(dir("run"), "epoch");
+  ASSERT_EQ(epochs.size(), 4u);
+  EXPECT_EQ(epochs.back()["epoch"], 4);
+  EXPECT_EQ(epochs.back()["step"], 40);
+  EXPECT_LT(epochs.back()["train_loss"].get<double>(), epochs.front()["train_loss"].get<double>());
+  EXPECT_DOUBLE_EQ(epochs.back()["test_accuracy"].get<double>(), summary.final_test_accuracy);
+  EXPECT_EQ(records(dir("run"), "step").size(), 40u);  // log_every = 1
+
+  const auto doc = nlohmann::json::parse(read_whole_file(dir("run") + "/summary.json"));
+  EXPECT_DOUBLE_EQ(doc["final_test_accuracy"].get<double>(), summary.final_test_accuracy);
+  ASSERT_TRUE(doc["time_to_accuracy"]["0.5"].is_number());
+  EXPECT_GT(doc["time_to_accuracy"]["0.5"].get<double>(), 0.0);
+  EXPECT_LE(doc["time_to_accuracy"]["0.5"].get<double>(), summary.train_seconds);
+  EXPECT_EQ(doc["parameters"], 16 * 16 + 16 + 16 * 4 + 4);
+}
+
+TEST_F(TrainerTest, SameSeedGivesBitwiseIdenticalLosses) {
+  Config config = small_config();
+  config.train.threads = 2;
+  train(config, dir("a"));
+  train(config, dir("b"));
+  const auto a = losses(dir("a"));
+  const auto b = losses(dir("b"));
+  ASSERT_EQ(a.size(), 40u);
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;
+  EXPECT_EQ(final_params(dir("a"), 4), final_params(dir("b"), 4));
+
+  // The comparison can fail: another seed gives other losses.
+  config.train.seed = 6;
+  train(config, dir("c"));
+  EXPECT_NE(losses(dir("c")), a);
+}
+
+TEST_F(TrainerTest, ResumeFromAMiddleCheckpointEqualsTheUninterruptedRun) {
+  // Adam (whose update depends on its step count), cosine decay (on the global step) and dropout
+  // (on the seed and step): everything a resume must restore.
+  Config config = small_config();
+  config.optim.name = "adam";
+  config.optim.momentum = 0.0;
+  config.optim.lr = 0.01;
+  config.schedule.decay = "cosine";
+  config.schedule.min_lr = 0.001;
+  train(config, dir("full"));
+
+  // An interrupted copy: the run stopped after epoch 2 (later checkpoints never written).
+  fs::copy(dir("full"), dir("cut"), fs::copy_options::recursive);
+  fs::remove(dir("cut") + "/checkpoints/epoch-3.ckpt");
+  fs::remove(dir("cut") + "/checkpoints/epoch-4.ckpt");
+  write_file_atomically(dir("cut") + "/checkpoints/latest", "epoch-2.ckpt\n");
+
+  const Config resolved = load_config(dir("cut") + "/resolved.toml");
+  const RunSummary resumed = train(resolved, dir("cut"), /*resume=*/true);
+  EXPECT_EQ(resumed.resumed_from_epoch, 2);
+  EXPECT_EQ(resumed.steps, 40);
+  EXPECT_EQ(resumed.samples, 1200);
+  EXPECT_EQ(final_params(dir("cut"), 4), final_params(dir("full"), 4));
+  EXPECT_EQ(read_checkpoint(dir("cut") + "/checkpoints/epoch-4.ckpt").optimizer_state,
+            read_checkpoint(dir("full") + "/checkpoints/epoch-4.ckpt").optimizer_state);
+  // metrics.jsonl reads as one run: the losses of the resumed epochs equal the original ones.
+  EXPECT_EQ(losses(dir("cut")), losses(dir("full")));
+  EXPECT_EQ(records(dir("cut"), "epoch").size(), 4u);
+}
+
+TEST_F(TrainerTest, ExtendingARunWithMoreEpochsEqualsTheLongerRun) {
+  Config config = small_config();
+  config.train.epochs = 2;
+  train(config, dir("short"));
+  config.train.epochs = 4;
+  train(config, dir("long"));
+  Config resolved = load_config(dir("short") + "/resolved.toml", {"train.epochs=4"});
+  train(resolved, dir("short"), /*resume=*/true);
+  EXPECT_EQ(final_params(dir("short"), 4), final_params(dir("long"), 4));
+  EXPECT_EQ(load_config(dir("short") + "/resolved.toml").train.epochs, 4);
+}
+
+TEST_F(TrainerTest, RunFolderErrors) {
+  Config config = small_config();
+  config.train.epochs = 1;
+  train(config, dir("run"));
+  try {
+    train(config, dir("run"));
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("already holds a run"));
+    EXPECT_THAT(e.what(), HasSubstr("--resume"));
+  }
+  try {
+    train(config, dir("run"), /*resume=*/true);
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("nothing left to train"));
+  }
+  try {
+    train(config, dir("empty"), /*resume=*/true);
+    ADD_FAILURE() << "expected a CheckpointError";
+  } catch (const CheckpointError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no checkpoint to resume from"));
+  }
+  // A corrupt checkpoint is refused, not loaded.
+  config.train.epochs = 2;
+  std::string bytes = read_whole_file(dir("run") + "/checkpoints/epoch-1.ckpt");
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x40);
+  write_file_atomically(dir("run") + "/checkpoints/epoch-1.ckpt", bytes);
+  EXPECT_THROW(train(config, dir("run"), /*resume=*/true), CheckpointError);
+}
+
+TEST_F(TrainerTest, MseLossAndEvaluationInBatches) {
+  Config config = small_config();
+  config.train.loss = "mse";
+  config.train.epochs = 3;
+  config.optim.lr = 0.2;
+  config.data.synthetic_noise = 0.5;
+  config.data.synthetic_test_samples = 2500;  // evaluated in 3 batches of up to 1000
+  config.train.eval_every_steps = 5;
+  const RunSummary summary = train(config, dir("mse"));
+  EXPECT_GT(summary.final_test_accuracy, 0.8);
+  // eval records every 5 steps except at epoch ends (10, 20, 30), where the epoch record has it.
+  EXPECT_EQ(records(dir("mse"), "eval").size(), 3u);
+}
+
+TEST(ScheduleConfig, ConvertsEpochsToSteps) {
+  Config config;
+  config.train.epochs = 10;
+  config.train.batch_size = 256;
+  config.optim.lr = 0.2;
+  config.data.synthetic_noise = 0.5;
+  config.schedule.decay = "cosine";
+  config.schedule.warmup = "gradual";
+  config.schedule.warmup_epochs = 2;
+  const auto s = schedule_config(config, /*steps_per_epoch=*/100);
+  EXPECT_EQ(s.warmup_steps, 200);
+  EXPECT_EQ(s.total_steps, 800);  // 1000 steps in all, the cosine phase after warmup
+  EXPECT_EQ(s.global_batch, 256);
+  EXPECT_DOUBLE_EQ(s.base_lr, 0.2);
+  config.schedule.warmup_epochs = 0;
+  config.schedule.warmup_steps = 30;
+  EXPECT_EQ(schedule_config(config, 100).warmup_steps, 30);
+  EXPECT_EQ(schedule_config(config, 100).total_steps, 970);
+}
+
+}  // namespace
+}  // namespace dtrain::train

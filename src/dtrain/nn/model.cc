@@ -20,7 +20,14 @@ void Model::build() {
   if (built_) return;
   if (layers_.empty()) throw ConfigError("a model needs at least one layer");
   output_shape(1);  // throws ShapeError at the first layer that does not fit
-  for (auto& layer : layers_) layer->declare(store_);
+  first_trainable_ = layers_.size();
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const std::size_t before = store_.param_entries().size();
+    layers_[i]->declare(store_);
+    if (store_.param_entries().size() > before && first_trainable_ == layers_.size()) {
+      first_trainable_ = i;
+    }
+  }
   store_.finalize();
   for (auto& layer : layers_) layer->bind(store_);
   built_ = true;
@@ -42,9 +49,11 @@ const tensor::Tensor& Model::forward(const tensor::Tensor& x, const ForwardConte
 }
 
 void Model::backward(const tensor::Tensor& dy) {
+  // Layers up to the first one with parameters need no input gradient: nothing below them learns.
+  // For an MLP that skips fc1's dx = dy W product, a third of fc1's backward FLOPs.
   const tensor::Tensor* g = &dy;
-  for (std::size_t i = layers_.size(); i-- > 0;) {
-    g = &layers_[i]->backward(*g, /*need_input_grad=*/i > 0);
+  for (std::size_t i = layers_.size(); i-- > first_trainable_;) {
+    g = &layers_[i]->backward(*g, /*need_input_grad=*/i > first_trainable_);
   }
 }
 

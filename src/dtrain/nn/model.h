@@ -43,6 +43,7 @@ class Model {
   tensor::Shape sample_shape_;
   std::vector<std::unique_ptr<Layer>> layers_;
   ParamStore store_;
+  std::size_t first_trainable_ = 0;  // index of the first layer with parameters
   bool built_ = false;
 };
 

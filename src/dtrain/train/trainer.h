@@ -69,6 +69,7 @@ class Trainer {
   const Config& config() const { return config_; }
   nn::Model& model() { return *model_; }
   std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  const data::Dataset& train_data() const { return data_.train; }
 
   // One optimizer step on batch (x, labels) at global step `step`; returns the batch's mean loss.
   // `correct` receives the count of correctly classified samples of the batch.

@@ -2,8 +2,7 @@
 // returns a Command whose run() is called by main() when the user chose it; main() alone turns
 // errors into messages and exit codes, so a command just throws.
 //
-// A new subcommand (a later `dtrain bench train`, in bench_command.cc) is one more add_* function
-// here and one line in main.cc.
+// A new subcommand is one more add_* function here and one line in main.cc.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -20,6 +19,9 @@ struct Command {
 
 // dtrain train: trains a model from a config file, or resumes a run folder.
 Command add_train_command(CLI::App& app);
+
+// dtrain bench train|gemm: measured samples/s and GFLOP/s, as a table or JSON.
+Command add_bench_command(CLI::App& app);
 
 // dtrain config: prints a configuration (the defaults, or a file with overrides) as commented TOML.
 Command add_config_command(CLI::App& app);

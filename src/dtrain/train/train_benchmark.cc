@@ -1,0 +1,102 @@
+#include "dtrain/train/train_benchmark.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "dtrain/base/error.h"
+#include "dtrain/base/timer.h"
+#include "dtrain/data/dataset.h"
+#include "dtrain/train/config.h"
+#include "dtrain/train/trainer.h"
+
+namespace dtrain::train {
+namespace {
+
+// Enough distinct batches that the inputs are not all in L1, few enough to build in a blink.
+constexpr std::int64_t kBatchesInMemory = 8;
+
+Config benchmark_config(const std::string& model, int threads, std::int64_t batch) {
+  Config config;
+  config.model.name = model;
+  config.data.dataset = "synthetic";
+  config.data.synthetic_shape = {1, 28, 28};
+  config.data.synthetic_classes = 10;
+  config.data.synthetic_samples = batch * kBatchesInMemory;
+  config.data.synthetic_test_samples = 1;
+  config.train.batch_size = batch;
+  config.train.threads = threads;
+  config.optim.name = "sgd";
+  // A small learning rate keeps the parameters finite however long the benchmark runs: a NaN
+  // would change the speed of every kernel after it.
+  config.optim.lr = 0.01;
+  config.optim.momentum = 0.9;
+  if (model == "lenet5") config.model.init = "xavier";
+  return config;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+}  // namespace
+
+std::vector<TrainBenchmarkRow> run_train_benchmark(
+    const TrainBenchmarkOptions& options,
+    const std::function<void(const TrainBenchmarkRow&)>& on_row) {
+  if (options.batch < 1 || options.steps < 1 || options.repeats < 1 || options.warmup_steps < 0) {
+    throw ConfigError(fmt::format(
+        "bench train: batch, steps and repeats must be >= 1 and warmup >= 0 (got batch {}, steps "
+        "{}, repeats {}, warmup {})",
+        options.batch, options.steps, options.repeats, options.warmup_steps));
+  }
+  std::vector<TrainBenchmarkRow> rows;
+  for (const auto& model : options.models) {
+    for (int threads : options.threads) {
+      TrainerOptions trainer_options;
+      trainer_options.quiet = true;
+      Trainer trainer(benchmark_config(model, threads, options.batch), trainer_options);
+
+      // The batches, gathered once: the benchmark measures the step, not the data copy.
+      const data::Dataset& train_set = trainer.train_data();
+      std::vector<tensor::Tensor> inputs(kBatchesInMemory);
+      std::vector<std::vector<std::int32_t>> labels(kBatchesInMemory);
+      std::vector<std::int64_t> indices(static_cast<std::size_t>(options.batch));
+      for (std::int64_t b = 0; b < kBatchesInMemory; ++b) {
+        std::iota(indices.begin(), indices.end(), b * options.batch);
+        data::gather_batch(train_set, indices, inputs[static_cast<std::size_t>(b)],
+                           labels[static_cast<std::size_t>(b)]);
+      }
+      std::int64_t step = 0;
+      auto run_steps = [&](std::int64_t count) {
+        for (std::int64_t i = 0; i < count; ++i, ++step) {
+          const auto b = static_cast<std::size_t>(step % kBatchesInMemory);
+          trainer.train_step(inputs[b], labels[b], step, nullptr);
+        }
+      };
+      run_steps(options.warmup_steps);
+      std::vector<double> rates;
+      for (int r = 0; r < options.repeats; ++r) {
+        Stopwatch watch;
+        run_steps(options.steps);
+        rates.push_back(static_cast<double>(options.steps * options.batch) / watch.seconds());
+      }
+      TrainBenchmarkRow row;
+      row.model = model;
+      row.threads = threads;
+      row.batch = options.batch;
+      row.parameters = trainer.model().store().num_params();
+      row.steps = options.steps;
+      row.repeats = options.repeats;
+      row.samples_per_second = median(rates);
+      row.samples_per_second_min = *std::min_element(rates.begin(), rates.end());
+      row.samples_per_second_max = *std::max_element(rates.begin(), rates.end());
+      row.step_ms = 1e3 * static_cast<double>(options.batch) / row.samples_per_second;
+      if (on_row) on_row(row);
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+}  // namespace dtrain::train

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/thread_pool.h"
 
 namespace dtrain::nn {
 namespace {
@@ -73,6 +74,11 @@ tensor::Tensor ParamStore::buffer(int index) {
   return tensor::Tensor::view(buffers_.data() + e.offset, e.shape);
 }
 
-void ParamStore::zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+void ParamStore::zero_grads() {
+  float* g = grads_.data();
+  compute_pool().parallel_for(num_params(), 65536, [g](std::int64_t begin, std::int64_t end) {
+    std::fill(g + begin, g + end, 0.0f);
+  });
+}
 
 }  // namespace dtrain::nn

@@ -8,6 +8,7 @@
 #endif
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/thread_pool.h"
 
 namespace dtrain::optim {
 
@@ -123,12 +124,16 @@ void Adam::step(float* params, const float* grads, double lr) {
     const float* g = grads + range.param_offset;
     float* m = exp_avg_.data() + range.state_offset;
     float* v = exp_avg_sq_.data() + range.state_offset;
-    if (decoupled_) {
-      adam_range<true>(p, g, m, v, range.numel, c, 0.0f, range.weight_decay ? decay : 1.0f);
-    } else {
-      adam_range<false>(p, g, m, v, range.numel, c, range.weight_decay ? weight_decay_ : 0.0f,
-                        1.0f);
-    }
+    // Element-wise, so splitting a range over the compute threads gives the same bits.
+    compute_pool().parallel_for(range.numel, 32768, [&](std::int64_t b, std::int64_t e) {
+      if (decoupled_) {
+        adam_range<true>(p + b, g + b, m + b, v + b, e - b, c, 0.0f,
+                         range.weight_decay ? decay : 1.0f);
+      } else {
+        adam_range<false>(p + b, g + b, m + b, v + b, e - b, c,
+                          range.weight_decay ? weight_decay_ : 0.0f, 1.0f);
+      }
+    });
   }
   count_step();
 }

@@ -4,10 +4,14 @@
 #include <utility>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/thread_pool.h"
 
 namespace dtrain::optim {
 
 namespace {
+
+// Below this many elements a range is updated on the calling thread (waking a thread costs more).
+constexpr std::int64_t kElementsPerTask = 32768;
 
 // p -= lr * (g + wd * p) over n elements.
 void sgd_plain(float* __restrict p, const float* __restrict g, std::int64_t n, float lr, float wd) {
@@ -49,16 +53,18 @@ void Sgd::step(float* params, const float* grads, double lr) {
   for (const Range& range : ranges()) {
     float* p = params + range.param_offset;
     const float* g = grads + range.param_offset;
+    float* v = velocity_.empty() ? nullptr : velocity_.data() + range.state_offset;
     const float wd = range.weight_decay ? weight_decay_ : 0.0f;
-    if (velocity_.empty()) {
-      sgd_plain(p, g, range.numel, lr_f, wd);
-    } else if (nesterov_) {
-      sgd_momentum<true>(p, g, velocity_.data() + range.state_offset, range.numel, lr_f, wd,
-                         momentum_);
-    } else {
-      sgd_momentum<false>(p, g, velocity_.data() + range.state_offset, range.numel, lr_f, wd,
-                          momentum_);
-    }
+    // Element-wise, so splitting a range over the compute threads gives the same bits.
+    compute_pool().parallel_for(range.numel, kElementsPerTask, [&](std::int64_t b, std::int64_t e) {
+      if (v == nullptr) {
+        sgd_plain(p + b, g + b, e - b, lr_f, wd);
+      } else if (nesterov_) {
+        sgd_momentum<true>(p + b, g + b, v + b, e - b, lr_f, wd, momentum_);
+      } else {
+        sgd_momentum<false>(p + b, g + b, v + b, e - b, lr_f, wd, momentum_);
+      }
+    });
   }
   count_step();
 }

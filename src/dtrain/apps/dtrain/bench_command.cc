@@ -20,12 +20,14 @@ namespace dtrain::apps {
 namespace {
 
 void run_bench_train(const train::TrainBenchmarkOptions& options, bool json) {
-  if (!json) {
-    fmt::print("{:<8} {:>7} {:>6} {:>10} {:>14} {:>22} {:>9}\n", "model", "threads", "batch",
-               "params", "samples/s", "[min - max]", "step ms");
-  }
+  bool header_printed = false;
   const auto rows = train::run_train_benchmark(options, [&](const train::TrainBenchmarkRow& row) {
     if (json) return;
+    if (!header_printed) {
+      fmt::print("{:<8} {:>7} {:>6} {:>10} {:>14} {:>22} {:>9}\n", "model", "threads", "batch",
+                 "params", "samples/s", "[min - max]", "step ms");
+      header_printed = true;
+    }
     fmt::print(
         "{:<8} {:>7} {:>6} {:>10} {:>14.0f} {:>22} {:>9.3f}\n", row.model, row.threads, row.batch,
         row.parameters, row.samples_per_second,

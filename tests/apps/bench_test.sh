@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `dtrain bench train --json` and `dtrain bench gemm --json` print JSON rows with the documented
+# fields and plausible values (a smoke test of the command, not a timing: speed is measured by
+# running the benchmark, see docs/PERFORMANCE.md). Usage: bash bench_test.sh /path/to/dtrain
+set -euo pipefail
+DTRAIN=$(realpath "$1")
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$DTRAIN" bench train --json --models mlp,lenet5 --threads 1,2 --steps 2 --warmup 1 --repeats 1 \
+  | python3 -c '
+import json, sys
+rows = json.load(sys.stdin)
+assert [(r["model"], r["threads"]) for r in rows] == [("mlp", 1), ("mlp", 2), ("lenet5", 1), ("lenet5", 2)], rows
+for r in rows:
+    assert r["batch"] == 128 and r["samples_per_second"] > 0, r
+    assert r["samples_per_second_min"] <= r["samples_per_second"] <= r["samples_per_second_max"], r
+assert rows[0]["parameters"] == 269322 and rows[2]["parameters"] == 61706, rows
+' || fail "bench train --json rows"
+
+"$DTRAIN" bench gemm --json --threads 1 --repeats 1 | python3 -c '
+import json, sys
+rows = json.load(sys.stdin)
+assert any(r["m"] == r["n"] == r["k"] == 1024 for r in rows), rows
+assert all(r["gflops"] > 0 for r in rows), rows
+' || fail "bench gemm --json rows"
+
+# Bad values are one-line errors with a non-zero exit.
+ERR=$(mktemp)
+trap 'rm -f "$ERR"' EXIT
+if "$DTRAIN" bench train --steps 0 2> "$ERR"; then fail "--steps 0 accepted"; fi
+[[ $(wc -l < "$ERR") -eq 1 ]] && grep -q '^error: .*steps' "$ERR" \
+  || fail "no one-line error for --steps 0: $(cat "$ERR")"
+echo "ok: bench train/gemm JSON"

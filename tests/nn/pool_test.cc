@@ -1,8 +1,10 @@
-// MaxPool2d and AvgPool2d: hand-computed values, finite differences, max-pool ties, global pool.
+// MaxPool2d and AvgPool2d: hand-computed values, finite differences, max-pool ties and NaNs against
+// a naive twin (both the 2x2 stride-2 path and the general one), global pool.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <vector>
 
@@ -97,6 +99,70 @@ TEST(MaxPool2d, TiesGoToTheFirstMaximum) {
   const tensor::Tensor flat = tensor::Tensor::from({1, 1, 2, 4}, std::vector<float>(8, 0.5f));
   pool2.forward(flat, ForwardContext{});
   EXPECT_EQ(pool2.argmax(), (std::vector<std::int32_t>{0, 2}));
+}
+
+// The reference twin of MaxPool2d::forward: one window at a time with explicit branches; the first
+// maximum in row-major order wins, and the first NaN wins and stays.
+void max_pool_naive(const tensor::Tensor& x, std::int64_t kernel, std::int64_t stride,
+                    std::vector<float>& y, std::vector<std::int32_t>& arg) {
+  const std::int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3);
+  const std::int64_t oh_count = (h - kernel) / stride + 1, ow_count = (w - kernel) / stride + 1;
+  y.clear();
+  arg.clear();
+  for (std::int64_t p = 0; p < planes; ++p) {
+    const float* in = x.data() + p * h * w;
+    for (std::int64_t oh = 0; oh < oh_count; ++oh) {
+      for (std::int64_t ow = 0; ow < ow_count; ++ow) {
+        std::int64_t best = -1;
+        for (std::int64_t i = 0; i < kernel; ++i) {
+          for (std::int64_t j = 0; j < kernel; ++j) {
+            const std::int64_t at = (oh * stride + i) * w + ow * stride + j;
+            if (best < 0) {
+              best = at;
+            } else if (std::isnan(in[best])) {
+              continue;
+            } else if (std::isnan(in[at]) || in[at] > in[best]) {
+              best = at;
+            }
+          }
+        }
+        y.push_back(in[best]);
+        arg.push_back(static_cast<std::int32_t>(best));
+      }
+    }
+  }
+}
+
+// The unrolled 2x2 stride-2 path and the general path against the naive twin, on values drawn from
+// a few levels (so ties are common), NaNs sprinkled in, and odd sizes that drop an edge row/column.
+TEST(MaxPool2d, MatchesNaiveWithTiesAndNaNs) {
+  const std::vector<PoolCase> cases = {
+      {2, 3, 28, 28, 2, 2}, {3, 2, 10, 10, 2, 2}, {2, 2, 7, 9, 2, 2}, {1, 3, 5, 3, 2, 2},
+      {2, 2, 7, 5, 3, 2},   {1, 2, 8, 8, 2, 1},   {2, 1, 9, 8, 2, 3}, {1, 1, 6, 7, 6, 1}};
+  Rng rng(77, 3);
+  for (const PoolCase& k : cases) {
+    SCOPED_TRACE(::testing::Message()
+                 << "H=" << k.height << " W=" << k.width << " K=" << k.kernel << " S=" << k.stride);
+    tensor::Tensor x = tensor::Tensor::empty({k.batch, k.channels, k.height, k.width});
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      const auto level = rng.below(5);
+      x.data()[i] = level == 4 && rng.below(8) == 0 ? std::nanf("") : static_cast<float>(level);
+    }
+    MaxPool2d pool("pool", k.kernel, k.stride);
+    const std::vector<float> y = pool.forward(x, ForwardContext{}).to_vector();
+    std::vector<float> y_ref;
+    std::vector<std::int32_t> arg_ref;
+    max_pool_naive(x, k.kernel, k.stride, y_ref, arg_ref);
+    ASSERT_EQ(pool.argmax(), arg_ref);
+    ASSERT_EQ(y.size(), y_ref.size());
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      if (std::isnan(y_ref[i])) {
+        EXPECT_TRUE(std::isnan(y[i])) << i;
+      } else {
+        EXPECT_EQ(y[i], y_ref[i]) << i;
+      }
+    }
+  }
 }
 
 TEST(MaxPool2d, BackwardCanSkipInputGradient) {

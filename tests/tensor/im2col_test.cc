@@ -1,11 +1,14 @@
-// im2col / col2im against their naive twins on odd shapes, and col2im as the adjoint of im2col.
+// im2col / col2im and the stride-1 im2col_padded / col2im_padded against their naive twins on odd
+// shapes, and col2im as the adjoint of im2col.
 #include "dtrain/tensor/im2col.h"
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "dtrain/base/rng.h"
+#include "dtrain/tensor/im2col_padded.h"
 
 namespace dtrain::tensor {
 namespace {
@@ -96,6 +99,78 @@ TEST(Im2col, HandComputed) {
   const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   std::vector<float> cols(16);
   im2col(g, x.data(), cols.data());
+  const std::vector<float> expected = {1, 2, 4, 5, 2, 3, 5, 6, 4, 5, 7, 8, 5, 6, 8, 9};
+  EXPECT_EQ(cols, expected);
+}
+
+// Stride-1 geometries for the padded path: rows shorter than, equal to and longer than its 16-float
+// block (OW = 1, 3, 10, 16, 17, 28, 33), padding 0 to larger than the kernel, several channels, a
+// single output pixel, and LeNet's two layers.
+const std::vector<Case> kStrideOneCases = {
+    {1, 5, 5, 3, 3, 1, 0},   {1, 1, 1, 1, 1, 1, 0},   {2, 3, 3, 3, 3, 1, 0},
+    {3, 6, 9, 2, 4, 1, 2},   {6, 14, 14, 5, 5, 1, 0}, {1, 28, 28, 5, 5, 1, 2},
+    {2, 16, 16, 1, 1, 1, 0}, {2, 5, 17, 1, 1, 1, 0},  {1, 3, 3, 5, 5, 1, 1},
+    {4, 9, 33, 3, 2, 1, 3},  {2, 4, 1, 3, 1, 1, 1},
+};
+
+std::string case_str(const Case& k) {
+  return "c=" + std::to_string(k.c) + " h=" + std::to_string(k.h) + " w=" + std::to_string(k.w) +
+         " k=" + std::to_string(k.kh) + "x" + std::to_string(k.kw) +
+         " p=" + std::to_string(k.padding);
+}
+
+// Bitwise equal to the naive twin (both only copy), every element written, and nothing written
+// past cols: the 16-float blocks spill only into rows that are written after them.
+TEST(Im2colPadded, MatchesNaiveBitwiseAndStaysInBounds) {
+  constexpr std::size_t kGuard = 64;
+  std::uint64_t seed = 500;
+  for (const Case& k : kStrideOneCases) {
+    SCOPED_TRACE(case_str(k));
+    const ConvGeometry g = geometry(k);
+    const auto image = random_values(g.channels * g.height * g.width, seed++);
+    const auto n = static_cast<std::size_t>(g.col_rows() * g.col_cols());
+    std::vector<float> fast(n + kGuard, 99.0f), naive(n, -99.0f);
+    // Scratch starts as garbage: the padding must be zeroed by the call itself.
+    std::vector<float> scratch(static_cast<std::size_t>(im2col_padded_scratch_size(g)), 7.0f);
+    im2col_padded(g, image.data(), scratch.data(), fast.data());
+    im2col_naive(g, image.data(), naive.data());
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(fast[i], naive[i]) << "cols[" << i << "]";
+    for (std::size_t i = n; i < n + kGuard; ++i) ASSERT_EQ(fast[i], 99.0f) << "wrote past cols";
+  }
+}
+
+// col2im_padded overwrites the image with what col2im_naive adds to a zeroed one; each pixel sums
+// its contributions in the same (c, i, j) order, so the bits agree too.
+TEST(Im2colPadded, Col2imMatchesNaiveAndOverwrites) {
+  std::uint64_t seed = 600;
+  for (const Case& k : kStrideOneCases) {
+    SCOPED_TRACE(case_str(k));
+    const ConvGeometry g = geometry(k);
+    const auto cols = random_values(g.col_rows() * g.col_cols(), seed++);
+    const auto size = static_cast<std::size_t>(g.channels * g.height * g.width);
+    std::vector<float> fast(size, 123.0f), naive(size, 0.0f);
+    std::vector<float> scratch(static_cast<std::size_t>(im2col_padded_scratch_size(g)), -5.0f);
+    col2im_padded(g, cols.data(), scratch.data(), fast.data());
+    col2im_naive(g, cols.data(), naive.data());
+    EXPECT_EQ(fast, naive);
+  }
+}
+
+TEST(Im2colPadded, RejectsStridesOtherThanOne) {
+  const ConvGeometry g = geometry({1, 5, 5, 3, 3, 2, 0});
+  std::vector<float> image(25), cols(static_cast<std::size_t>(g.col_rows() * g.col_cols()));
+  std::vector<float> scratch(static_cast<std::size_t>(im2col_padded_scratch_size(g)));
+  EXPECT_ANY_THROW(im2col_padded(g, image.data(), scratch.data(), cols.data()));
+  EXPECT_ANY_THROW(col2im_padded(g, cols.data(), scratch.data(), image.data()));
+}
+
+// The hand-computed case of Im2col.HandComputed, through the padded path.
+TEST(Im2colPadded, HandComputed) {
+  const ConvGeometry g = geometry({1, 3, 3, 2, 2, 1, 0});
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  std::vector<float> cols(16);
+  std::vector<float> scratch(static_cast<std::size_t>(im2col_padded_scratch_size(g)));
+  im2col_padded(g, x.data(), scratch.data(), cols.data());
   const std::vector<float> expected = {1, 2, 4, 5, 2, 3, 5, 6, 4, 5, 7, 8, 5, 6, 8, 9};
   EXPECT_EQ(cols, expected);
 }

@@ -4,15 +4,28 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/base/thread_pool.h"
-#include "dtrain/tensor/gemm.h"
+#include "dtrain/tensor/gemm_serial.h"
+#include "dtrain/tensor/im2col_padded.h"
 
 namespace dtrain::nn {
 namespace {
 
-// Below this many floats moved per pass, waking a second thread costs more than it saves.
+// Below this many cols floats per image part, waking a second thread costs more than it saves.
 constexpr std::int64_t kParallelGrain = 1 << 14;
-// Target size of one chunk's cols: 256 KB, inside a core's L2 (see conv2d.h).
-constexpr std::int64_t kChunkFloats = 1 << 16;
+
+// The sum of one (OH*OW) plane of dy, in 8 float lanes (a fixed order the compiler can vectorise),
+// returned in double so that summing over the batch loses nothing.
+double plane_sum(const float* plane, std::int64_t pixels) {
+  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t p = 0;
+  for (; p + 8 <= pixels; p += 8) {
+    for (int l = 0; l < 8; ++l) lanes[l] += plane[p + l];
+  }
+  for (; p < pixels; ++p) lanes[0] += plane[p];
+  double sum = 0.0;
+  for (float lane : lanes) sum += lane;
+  return sum;
+}
 
 std::string batch_shape_str(const tensor::Shape& shape) {
   if (shape.empty()) return "[] (a scalar)";
@@ -90,20 +103,25 @@ void Conv2d::init(Rng& rng) {
   if (has_bias_) bias_.zero();
 }
 
-std::int64_t Conv2d::chunk_images(std::int64_t batch) const {
-  const std::int64_t per_image = geometry_.col_rows() * geometry_.col_cols();
-  return std::clamp<std::int64_t>(kChunkFloats / std::max<std::int64_t>(per_image, 1), 1,
-                                  std::max<std::int64_t>(batch, 1));
+void Conv2d::lower(const float* image, float* scratch, float* cols) const {
+  if (geometry_.stride == 1) {
+    tensor::im2col_padded(geometry_, image, scratch, cols);
+  } else {
+    tensor::im2col(geometry_, image, cols);
+  }
 }
 
-void Conv2d::for_each_image(std::int64_t begin, std::int64_t end, std::int64_t floats_per_image,
-                            const std::function<void(std::int64_t)>& fn) {
-  const std::int64_t count = end - begin;
-  const std::int64_t grain =
-      std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(floats_per_image, 1));
-  compute_pool().parallel_for(count, grain, [&](std::int64_t first, std::int64_t last) {
-    for (std::int64_t i = first; i < last; ++i) fn(begin + i);
-  });
+int Conv2d::batch_parts(std::int64_t batch) const {
+  const std::int64_t moved = batch * geometry_.col_rows() * geometry_.col_cols();
+  const std::int64_t parts =
+      std::min<std::int64_t>({compute_threads(), batch, moved / kParallelGrain});
+  return static_cast<int>(std::max<std::int64_t>(parts, 1));
+}
+
+void Conv2d::for_each_part(std::int64_t batch, int parts,
+                           const std::function<void(int, std::int64_t, std::int64_t)>& fn) {
+  compute_pool().run(parts,
+                     [&](int part) { fn(part, batch * part / parts, batch * (part + 1) / parts); });
 }
 
 const tensor::Tensor& Conv2d::forward(const tensor::Tensor& x, const ForwardContext& /*ctx*/) {
@@ -117,29 +135,29 @@ const tensor::Tensor& Conv2d::forward(const tensor::Tensor& x, const ForwardCont
   const std::int64_t rows = geometry_.col_rows();    // R = C*K*K
   const std::int64_t pixels = geometry_.col_cols();  // Q = OH*OW
   const std::int64_t image_size = in_channels_ * geometry_.height * geometry_.width;
-  const std::int64_t chunk = chunk_images(batch);
-  cols_.ensure_shape({chunk, rows, pixels});
+  const int parts = batch_parts(batch);
+  cols_.ensure_shape({parts, rows, pixels});
+  scratch_.ensure_shape({parts, tensor::im2col_padded_scratch_size(geometry_)});
   y_.ensure_shape(out_shape);
   const float* xd = x.data();
+  const float* w = weight_.data();
   const float* bias = has_bias_ ? bias_.data() : nullptr;
   float* y = y_.data();
-  float* cols = cols_.data();
-  for (std::int64_t begin = 0; begin < batch; begin += chunk) {
-    const std::int64_t end = std::min(batch, begin + chunk);
-    for_each_image(begin, end, rows * pixels, [&](std::int64_t b) {
-      tensor::im2col(geometry_, xd + b * image_size, cols + (b - begin) * rows * pixels);
-      if (bias == nullptr) return;
-      for (std::int64_t f = 0; f < out_channels_; ++f) {
-        float* out = y + (b * out_channels_ + f) * pixels;
-        std::fill(out, out + pixels, bias[f]);
-      }
-    });
+  for_each_part(batch, parts, [&](int part, std::int64_t begin, std::int64_t end) {
+    float* cols = cols_.data() + part * rows * pixels;
+    float* scratch = scratch_.data() + part * scratch_.dim(1);
     for (std::int64_t b = begin; b < end; ++b) {
-      tensor::gemm(tensor::Trans::kNo, tensor::Trans::kNo, out_channels_, pixels, rows, 1.0f,
-                   weight_.data(), rows, cols + (b - begin) * rows * pixels, pixels,
-                   bias != nullptr ? 1.0f : 0.0f, y + b * out_channels_ * pixels, pixels);
+      float* y_b = y + b * out_channels_ * pixels;
+      lower(xd + b * image_size, scratch, cols);
+      if (bias != nullptr) {
+        for (std::int64_t f = 0; f < out_channels_; ++f) {
+          std::fill(y_b + f * pixels, y_b + (f + 1) * pixels, bias[f]);
+        }
+      }
+      tensor::gemm_serial(tensor::Trans::kNo, tensor::Trans::kNo, out_channels_, pixels, rows, 1.0f,
+                          w, rows, cols, pixels, bias != nullptr ? 1.0f : 0.0f, y_b, pixels);
     }
-  }
+  });
   return y_;
 }
 
@@ -148,63 +166,77 @@ const tensor::Tensor& Conv2d::backward(const tensor::Tensor& dy, bool need_input
                "layer {}: dy shape {} differs from output shape {}", name(),
                tensor::shape_str(dy.shape()), tensor::shape_str(y_.shape()));
   const std::int64_t batch = input_shape_.at(0);
+  const std::int64_t filters = out_channels_;
   const std::int64_t rows = geometry_.col_rows();
   const std::int64_t pixels = geometry_.col_cols();
   const std::int64_t image_size = in_channels_ * geometry_.height * geometry_.width;
-  const std::int64_t chunk = chunk_images(batch);
-  const float* g = dy.data();
-
-  if (has_bias_) {
-    // db[f] += sum over images and pixels of dy[b, f, :], each plane summed in 8 float lanes (a
-    // fixed order the compiler can vectorise) and the planes in double.
-    float* db = bias_grad_.data();
-    compute_pool().parallel_for(out_channels_, 1, [&](std::int64_t f_begin, std::int64_t f_end) {
-      for (std::int64_t f = f_begin; f < f_end; ++f) {
-        double sum = 0.0;
-        for (std::int64_t b = 0; b < batch; ++b) {
-          const float* plane = g + (b * out_channels_ + f) * pixels;
-          float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          std::int64_t p = 0;
-          for (; p + 8 <= pixels; p += 8) {
-            for (int l = 0; l < 8; ++l) lanes[l] += plane[p + l];
-          }
-          for (; p < pixels; ++p) lanes[0] += plane[p];
-          for (float lane : lanes) sum += lane;
-        }
-        db[f] += static_cast<float>(sum);
-      }
-    });
-  }
-
+  const std::int64_t weight_size = filters * rows;
+  const int parts = batch_parts(batch);
+  cols_.ensure_shape({parts, rows, pixels});
+  scratch_.ensure_shape({parts, tensor::im2col_padded_scratch_size(geometry_)});
+  // One part adds straight into the gradient; several keep partial sums, added below in part order.
+  if (parts > 1) dw_parts_.ensure_shape({parts, weight_size});
+  db_parts_.assign(static_cast<std::size_t>(parts * filters), 0.0);
   if (need_input_grad) {
     dx_.ensure_shape(input_shape_);
-    dcols_.ensure_shape({chunk, rows, pixels});
-  }
-  const float* xd = x_.data();
-  float* cols = cols_.data();
-  float* dcols = dcols_.data();
-  float* dx = dx_.data();
-  for (std::int64_t begin = 0; begin < batch; begin += chunk) {
-    const std::int64_t end = std::min(batch, begin + chunk);
-    for_each_image(begin, end, rows * pixels, [&](std::int64_t b) {
-      tensor::im2col(geometry_, xd + b * image_size, cols + (b - begin) * rows * pixels);
-    });
-    for (std::int64_t b = begin; b < end; ++b) {
-      const float* dy_b = g + b * out_channels_ * pixels;
-      tensor::gemm(tensor::Trans::kNo, tensor::Trans::kYes, out_channels_, rows, pixels, 1.0f, dy_b,
-                   pixels, cols + (b - begin) * rows * pixels, pixels, 1.0f, weight_grad_.data(),
-                   rows);
-      if (!need_input_grad) continue;
-      tensor::gemm(tensor::Trans::kYes, tensor::Trans::kNo, rows, pixels, out_channels_, 1.0f,
-                   weight_.data(), rows, dy_b, pixels, 0.0f, dcols + (b - begin) * rows * pixels,
-                   pixels);
+    dcols_.ensure_shape({parts, rows, pixels});
+    // W^T (R, F), stored once per call: OpenBLAS 0.3.21 runs dcols = W^T dy_b as an NN product
+    // about twice as fast as a transposed-A one at LeNet's conv2 (150 x 100 x 16, conv2d_bench).
+    weight_t_.ensure_shape({rows, filters});
+    const float* wd = weight_.data();
+    float* wt = weight_t_.data();
+    for (std::int64_t f = 0; f < filters; ++f) {
+      for (std::int64_t r = 0; r < rows; ++r) wt[r * filters + f] = wd[f * rows + r];
     }
-    if (!need_input_grad) continue;
-    for_each_image(begin, end, rows * pixels, [&](std::int64_t b) {
+  }
+  const float* g = dy.data();
+  const float* xd = x_.data();
+  float* dx = dx_.data();
+  for_each_part(batch, parts, [&](int part, std::int64_t begin, std::int64_t end) {
+    float* cols = cols_.data() + part * rows * pixels;
+    float* dcols = need_input_grad ? dcols_.data() + part * rows * pixels : nullptr;
+    float* scratch = scratch_.data() + part * scratch_.dim(1);
+    float* dw = weight_grad_.data();
+    if (parts > 1) {
+      dw = dw_parts_.data() + part * weight_size;
+      std::fill(dw, dw + weight_size, 0.0f);
+    }
+    double* db = db_parts_.data() + part * filters;
+    for (std::int64_t b = begin; b < end; ++b) {
+      const float* dy_b = g + b * filters * pixels;
+      lower(xd + b * image_size, scratch, cols);
+      tensor::gemm_serial(tensor::Trans::kNo, tensor::Trans::kYes, filters, rows, pixels, 1.0f,
+                          dy_b, pixels, cols, pixels, 1.0f, dw, rows);
+      if (has_bias_) {
+        for (std::int64_t f = 0; f < filters; ++f) db[f] += plane_sum(dy_b + f * pixels, pixels);
+      }
+      if (!need_input_grad) continue;
+      tensor::gemm_serial(tensor::Trans::kNo, tensor::Trans::kNo, rows, pixels, filters, 1.0f,
+                          weight_t_.data(), filters, dy_b, pixels, 0.0f, dcols, pixels);
       float* image = dx + b * image_size;
-      std::fill(image, image + image_size, 0.0f);
-      tensor::col2im(geometry_, dcols + (b - begin) * rows * pixels, image);
-    });
+      if (geometry_.stride == 1) {
+        tensor::col2im_padded(geometry_, dcols, scratch, image);
+      } else {
+        std::fill(image, image + image_size, 0.0f);
+        tensor::col2im(geometry_, dcols, image);
+      }
+    }
+  });
+  if (parts > 1) {
+    float* dw = weight_grad_.data();
+    for (int part = 0; part < parts; ++part) {
+      const float* partial = dw_parts_.data() + part * weight_size;
+      for (std::int64_t i = 0; i < weight_size; ++i) dw[i] += partial[i];
+    }
+  }
+  if (has_bias_) {
+    float* db = bias_grad_.data();
+    for (std::int64_t f = 0; f < filters; ++f) {
+      double sum = 0.0;
+      for (int part = 0; part < parts; ++part)
+        sum += db_parts_[static_cast<std::size_t>(part * filters + f)];
+      db[f] += static_cast<float>(sum);
+    }
   }
   return need_input_grad ? dx_ : none_;
 }

@@ -10,20 +10,22 @@
 //             db    (F)    += row sums of dy[b]
 //             dcols (R, Q)  = W^T x dy[b], then dx[b] = col2im(dcols)          2*F*R*Q FLOPs
 // y[b] and dy[b] are already (F, Q) matrices, so no reordering is needed.
-// Where the time goes (LeNet, batch 128, measured with bench/conv2d_bench.cc): a 6 x 25 x 784
-// GEMM runs at ~100 GFLOP/s when its operands are in cache, so im2col and col2im cost more than
-// the products. So the batch is walked in chunks of G images whose cols fill about kChunkFloats
-// (256 KB, inside L2): the chunk's im2col (and col2im) are split over the compute pool, then its G
-// GEMMs run on the calling thread (tensor::gemm slices a product over the pool itself once it is
-// large enough, as in a ResNet's 3x3 layers). One GEMM over the whole batch was tried and was
-// slower: its cols is 10 MB at batch 128 and must be reordered in and out. cols is recomputed in
-// backward rather than kept. G depends only on the shapes, and im2col/col2im are exact, so the
-// thread count changes results only as much as it changes tensor::gemm's.
+// Parallelism is over the batch: the images are cut into one contiguous range per compute thread
+// (tensor/gemm_serial.h), and each thread runs im2col (tensor/im2col_padded.h for stride 1), its
+// GEMMs and col2im image by image, so one image's cols (R*Q floats: 78 KB for LeNet's conv1, 60 KB
+// for conv2) is still in L1/L2 when its product reads it. With several parts, each keeps its own dW
+// and db partial sums, added to the gradient in part order at the end: results are bitwise
+// repeatable for a given thread count and differ across thread counts only by that summation order
+// (forward and dx do not depend on it). Grouping images into one GEMM is not possible without
+// reordering: y[b] (F, Q) of consecutive images are not one (F, B*Q) matrix. cols is recomputed in
+// backward rather than kept (10 MB for conv1 at batch 128, more than it costs to rebuild from the
+// input).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "dtrain/nn/init.h"
 #include "dtrain/nn/layer.h"
@@ -60,12 +62,15 @@ class Conv2d : public Layer {
   const tensor::Tensor& bias() const { return bias_; }
 
  private:
-  // Images per chunk: about kChunkFloats of cols (see the header comment).
-  std::int64_t chunk_images(std::int64_t batch) const;
-  // Runs fn(b) for b in [begin, end), split into contiguous ranges over the compute pool; inline
-  // when the pass moves fewer than kParallelGrain floats (floats_per_image each).
-  void for_each_image(std::int64_t begin, std::int64_t end, std::int64_t floats_per_image,
-                      const std::function<void(std::int64_t b)>& fn);
+  // cols (R, Q) of one image (C, H, W): im2col_padded for stride 1 (scratch: one part's row of
+  // scratch_), im2col otherwise.
+  void lower(const float* image, float* scratch, float* cols) const;
+  // How many contiguous ranges of images the batch is cut into: the compute threads, fewer for a
+  // small pass. Depends on the shapes and the thread count only.
+  int batch_parts(std::int64_t batch) const;
+  // Runs fn(part, begin, end) for each part's image range [begin, end) on the compute pool.
+  void for_each_part(std::int64_t batch, int parts,
+                     const std::function<void(int part, std::int64_t begin, std::int64_t end)>& fn);
 
   std::int64_t in_channels_;
   std::int64_t out_channels_;
@@ -80,11 +85,15 @@ class Conv2d : public Layer {
   tensor::Tensor weight_, bias_, weight_grad_, bias_grad_;  // views into the ParamStore
   tensor::ConvGeometry geometry_;                           // of the last forward's input
   tensor::Shape input_shape_;                               // (B, C, H, W) of the last forward
-  tensor::Tensor x_;      // view of the last input (B, C, H, W), to recompute cols in backward
-  tensor::Tensor cols_;   // (G, R, Q): one chunk's images
-  tensor::Tensor dcols_;  // (G, R, Q)
-  tensor::Tensor y_;      // (B, F, OH, OW)
-  tensor::Tensor dx_;     // (B, C, H, W)
+  tensor::Tensor x_;         // view of the last input (B, C, H, W), to recompute cols in backward
+  tensor::Tensor cols_;      // (parts, R, Q): one image per part at a time
+  tensor::Tensor scratch_;   // (parts, im2col_padded_scratch_size)
+  tensor::Tensor weight_t_;  // (R, F): W transposed, for dcols
+  tensor::Tensor dcols_;     // (parts, R, Q)
+  tensor::Tensor dw_parts_;  // (parts, F*R): per-part weight gradients when parts > 1
+  std::vector<double> db_parts_;  // (parts, F): per-part bias gradients
+  tensor::Tensor y_;              // (B, F, OH, OW)
+  tensor::Tensor dx_;             // (B, C, H, W)
   tensor::Tensor none_;
 };
 

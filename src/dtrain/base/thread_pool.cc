@@ -7,6 +7,18 @@
 #include "dtrain/base/error.h"
 
 namespace dtrain {
+namespace {
+
+// About 200 us of polling at ~40 ns per pause-and-load.
+constexpr int kSpinsBeforeSleep = 5000;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int threads) {
   if (threads < 1) throw ConfigError(fmt::format("thread count must be >= 1, got {}", threads));
@@ -17,7 +29,7 @@ ThreadPool::ThreadPool(int threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
+    stopping_.store(true);
     generation_.fetch_add(1);
   }
   wake_.notify_all();
@@ -39,21 +51,24 @@ void ThreadPool::run_share(int thread_index) {
 void ThreadPool::worker_loop(int index) {
   std::uint64_t seen = 0;
   for (;;) {
-    // Spin for a few microseconds: the next job of a training step usually comes that soon.
     std::uint64_t now = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; spin < 20000 && now == seen; ++spin) {
+    for (int spin = 0; spin < kSpinsBeforeSleep && now == seen; ++spin) {
+      cpu_relax();
       now = generation_.load(std::memory_order_acquire);
     }
     if (now == seen) {
+      // Dekker-style hand-off with run(): this thread announces itself in sleepers_ before its
+      // last look at generation_, and run() bumps generation_ before it reads sleepers_ (all
+      // sequentially consistent), so either run() sees the sleeper and notifies, or the sleeper
+      // sees the new generation and does not wait.
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      sleepers_.fetch_add(1);
+      wake_.wait(lock, [&] { return generation_.load() != seen; });
+      sleepers_.fetch_sub(1);
       now = generation_.load(std::memory_order_acquire);
     }
     seen = now;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (stopping_) return;
-    }
+    if (stopping_.load(std::memory_order_acquire)) return;
     run_share(index);
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
@@ -67,18 +82,22 @@ void ThreadPool::run(int tasks, const std::function<void(int)>& fn) {
     for (int task = 0; task < tasks; ++task) fn(task);
     return;
   }
-  {
+  job_ = &fn;
+  job_tasks_ = tasks;
+  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  generation_.fetch_add(1);  // seq_cst: publishes the job, and orders before the sleepers_ read
+  if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lock(mutex_);
-    job_ = &fn;
-    job_tasks_ = tasks;
-    error_ = nullptr;
-    pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+    wake_.notify_all();
   }
-  wake_.notify_all();
   run_share(0);
-  while (pending_.load(std::memory_order_acquire) != 0) {
-    std::this_thread::yield();
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    // A worker that was descheduled may take a while; stop burning the core it needs after a bit.
+    if (spin < kSpinsBeforeSleep) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
   }
   std::exception_ptr error;
   {

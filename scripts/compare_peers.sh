@@ -9,7 +9,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PEERS="${PEERS:-$ROOT/../shared/peers}"
-DTRAIN="${DTRAIN:-$ROOT/build/src/dtrain/apps/dtrain/dtrain}"
+DTRAIN="${DTRAIN:-$ROOT/build/dtrain}"
 OUT="${OUT:-/tmp/dtrain-peers}"
 ROUNDS="${1:-3}"
 mkdir -p "$OUT"

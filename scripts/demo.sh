@@ -5,4 +5,4 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup.sh"
-exec "$BUILD_DIR/src/dtrain/apps/dtrain/dtrain" train --config "$ROOT/examples/fashion_mlp.toml" "$@"
+exec "$BUILD_DIR/dtrain" train --config "$ROOT/examples/fashion_mlp.toml" "$@"

@@ -2,7 +2,8 @@
 # One command from a fresh Debian 12 machine to the whole test suite: installs what is missing,
 # builds Release and runs every test (ctest: unit, layering, end-to-end training to the accuracy
 # targets), then builds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer and runs
-# them. .ci/run runs exactly this. Set DTRAIN_SKIP_SANITIZERS=1 to skip the second build.
+# them, then the multi-threaded kernels' tests under ThreadSanitizer with 2 compute threads.
+# .ci/run runs exactly this. Set DTRAIN_SKIP_SANITIZERS=1 to skip the sanitizer builds.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup.sh"
@@ -16,9 +17,20 @@ if [[ "${DTRAIN_SKIP_SANITIZERS:-0}" != "1" ]]; then
   ASAN_DIR="${ASAN_BUILD_DIR:-$ROOT/build-asan}"
   cmake -S "$ROOT" -B "$ASAN_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DDTRAIN_SANITIZE=address -DDTRAIN_BUILD_BENCH=OFF >/dev/null
-  cmake --build "$ASAN_DIR" -j "$JOBS"
-  # OpenBLAS's own threads are off (gemm.cc), so ASan sees only our code's allocations.
+  UNIT_TARGETS=(dtrain_base_tests dtrain_tensor_tests dtrain_nn_tests dtrain_optim_tests
+                dtrain_data_tests dtrain_train_tests)
+  cmake --build "$ASAN_DIR" -j "$JOBS" --target "${UNIT_TARGETS[@]}"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$ASAN_DIR" --output-on-failure -j "$JOBS" -L unit
+
+  echo "== threaded kernels under TSan (2 compute threads) ==" >&2
+  TSAN_DIR="${TSAN_BUILD_DIR:-$ROOT/build-tsan}"
+  cmake -S "$ROOT" -B "$TSAN_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DDTRAIN_SANITIZE=thread -DDTRAIN_BUILD_BENCH=OFF >/dev/null
+  TSAN_TARGETS=(dtrain_base_tests dtrain_tensor_tests dtrain_nn_tests dtrain_optim_tests)
+  cmake --build "$TSAN_DIR" -j "$JOBS" --target "${TSAN_TARGETS[@]}"
+  for target in "${TSAN_TARGETS[@]}"; do
+    DTRAIN_THREADS=2 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$TSAN_DIR/tests/$target"
+  done
 fi
 echo "== all tests passed ==" >&2

@@ -76,10 +76,14 @@ class Conv2dThreads : public ::testing::TestWithParam<int> {
 
 TEST_P(Conv2dThreads, MatchesDirectConvolution) {
   std::uint64_t seed = 300;
-  // The cases above plus LeNet's two layers at a small batch (large enough to split the batch).
+  // The cases above (im2col + GEMM) plus LeNet's two layers at a small batch (large enough to split
+  // the batch), the first through tensor/conv_direct.h, and two more conv_direct shapes: a
+  // CIFAR-like first layer and 7 filters (partial groups) without bias.
   std::vector<ConvCase> cases = kCases;
   cases.push_back({5, 1, 28, 28, 6, 5, 1, 2, true});
   cases.push_back({6, 6, 14, 14, 16, 5, 1, 0, true});
+  cases.push_back({3, 3, 32, 32, 6, 5, 1, 0, true});
+  cases.push_back({2, 2, 9, 20, 7, 3, 1, 1, false});
   for (const ConvCase& k : cases) {
     SCOPED_TRACE(case_str(k));
     Conv2d conv("conv", k.channels, k.filters, k.kernel, k.stride, k.padding, k.bias);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -134,11 +135,13 @@ void max_pool_naive(const tensor::Tensor& x, std::int64_t kernel, std::int64_t s
 }
 
 // The unrolled 2x2 stride-2 path and the general path against the naive twin, on values drawn from
-// a few levels (so ties are common), NaNs sprinkled in, and odd sizes that drop an edge row/column.
+// a few levels (so ties are common), NaNs sprinkled in, odd sizes that drop an edge row/column, and
+// rows of more than 16 windows (the vector path's several steps per row, a last step of 1 window).
 TEST(MaxPool2d, MatchesNaiveWithTiesAndNaNs) {
   const std::vector<PoolCase> cases = {
-      {2, 3, 28, 28, 2, 2}, {3, 2, 10, 10, 2, 2}, {2, 2, 7, 9, 2, 2}, {1, 3, 5, 3, 2, 2},
-      {2, 2, 7, 5, 3, 2},   {1, 2, 8, 8, 2, 1},   {2, 1, 9, 8, 2, 3}, {1, 1, 6, 7, 6, 1}};
+      {2, 3, 28, 28, 2, 2}, {3, 2, 10, 10, 2, 2}, {2, 2, 7, 9, 2, 2},  {1, 3, 5, 3, 2, 2},
+      {2, 2, 7, 5, 3, 2},   {1, 2, 8, 8, 2, 1},   {2, 1, 9, 8, 2, 3},  {1, 1, 6, 7, 6, 1},
+      {1, 2, 5, 40, 2, 2},  {1, 1, 4, 66, 2, 2},  {2, 1, 3, 35, 2, 2}, {1, 1, 2, 2, 2, 2}};
   Rng rng(77, 3);
   for (const PoolCase& k : cases) {
     SCOPED_TRACE(::testing::Message()
@@ -161,6 +164,42 @@ TEST(MaxPool2d, MatchesNaiveWithTiesAndNaNs) {
       } else {
         EXPECT_EQ(y[i], y_ref[i]) << i;
       }
+    }
+  }
+}
+
+// Backward against its naive twin: dx zeroed, then dy added at each recorded argmax; bitwise, on
+// the shapes above (ties, NaNs, dropped edges), with dy holding a -0, which the scatter turns into
+// +0.
+TEST(MaxPool2d, BackwardMatchesNaiveScatter) {
+  const std::vector<PoolCase> cases = {
+      {2, 3, 28, 28, 2, 2}, {3, 2, 10, 10, 2, 2}, {2, 2, 7, 9, 2, 2}, {1, 2, 5, 40, 2, 2},
+      {2, 1, 3, 35, 2, 2},  {2, 2, 7, 5, 3, 2},   {1, 2, 8, 8, 2, 1}};
+  Rng rng(78, 3);
+  for (const PoolCase& k : cases) {
+    SCOPED_TRACE(::testing::Message()
+                 << "H=" << k.height << " W=" << k.width << " K=" << k.kernel << " S=" << k.stride);
+    tensor::Tensor x = tensor::Tensor::empty({k.batch, k.channels, k.height, k.width});
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      const auto level = rng.below(5);
+      x.data()[i] = level == 4 && rng.below(8) == 0 ? std::nanf("") : static_cast<float>(level);
+    }
+    MaxPool2d pool("pool", k.kernel, k.stride);
+    const tensor::Shape y_shape = pool.forward(x, ForwardContext{}).shape();
+    tensor::Tensor dy = random_tensor(y_shape, 5);
+    dy.data()[0] = -0.0f;
+    const std::vector<float> dx = pool.backward(dy, true).to_vector();
+    const std::int64_t plane_in = k.height * k.width, plane_out = y_shape[2] * y_shape[3];
+    std::vector<float> dx_ref(static_cast<std::size_t>(x.numel()), 0.0f);
+    for (std::int64_t o = 0; o < dy.numel(); ++o) {
+      const std::int64_t plane = o / plane_out;
+      dx_ref[static_cast<std::size_t>(plane * plane_in +
+                                      pool.argmax()[static_cast<std::size_t>(o)])] += dy.data()[o];
+    }
+    ASSERT_EQ(dx.size(), dx_ref.size());
+    for (std::size_t i = 0; i < dx.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(dx[i]), std::bit_cast<std::uint32_t>(dx_ref[i]))
+          << "dx[" << i << "] = " << dx[i] << ", naive " << dx_ref[i];
     }
   }
 }

@@ -1,25 +1,30 @@
 // Conv2d: 2-D convolution (cross-correlation, as in PyTorch) over a batch of images, by im2col
-// and one GEMM per image.
+// and one GEMM per image, or by the direct kernels of tensor/conv_direct.h where they apply.
 //
 // x (B, C, H, W) -> y (B, F, OH, OW), OH = (H + 2P - K) / S + 1 (likewise OW), square kernel K,
 // stride S, zero padding P. Weight (F, C, K, K) as in torch.nn.Conv2d, bias (F) optional.
 // Per image b, with Q = OH*OW and R = C*K*K:
 //   forward   cols_b (R, Q) = im2col(x[b])
 //             y[b]   (F, Q) = bias + W (F, R) x cols_b                        2*F*R*Q FLOPs
-//   backward  dW    (F, R) += dy[b] (F, Q) x cols_b^T                         2*F*R*Q FLOPs
+//   backward  dW^T  (R, F) += cols_b x dy[b]^T (F, Q)^T                       2*F*R*Q FLOPs
 //             db    (F)    += row sums of dy[b]
 //             dcols (R, Q)  = W^T x dy[b], then dx[b] = col2im(dcols)          2*F*R*Q FLOPs
-// y[b] and dy[b] are already (F, Q) matrices, so no reordering is needed.
+// y[b] and dy[b] are already (F, Q) matrices, so no reordering is needed. The weight gradient is
+// summed transposed (OpenBLAS runs that product faster at LeNet's conv2) and added to dW once per
+// part. With stride 1 and 16 < OW <= 32 on an AVX-512 build (LeNet's conv1, CIFAR first layers)
+// forward and dW skip im2col and GEMM: conv_direct computes them from a padded copy of the image at
+// near the FMA peak, its dW as 16 partial sums per weight, folded once per part; dx (when needed)
+// still goes through dcols and col2im.
 // Parallelism is over the batch: the images are cut into one contiguous range per compute thread
 // (tensor/gemm_serial.h), and each thread runs im2col (tensor/im2col_padded.h for stride 1), its
-// GEMMs and col2im image by image, so one image's cols (R*Q floats: 78 KB for LeNet's conv1, 60 KB
-// for conv2) is still in L1/L2 when its product reads it. With several parts, each keeps its own dW
-// and db partial sums, added to the gradient in part order at the end: results are bitwise
-// repeatable for a given thread count and differ across thread counts only by that summation order
-// (forward and dx do not depend on it). Grouping images into one GEMM is not possible without
-// reordering: y[b] (F, Q) of consecutive images are not one (F, B*Q) matrix. cols is recomputed in
-// backward rather than kept (10 MB for conv1 at batch 128, more than it costs to rebuild from the
-// input).
+// GEMMs and col2im image by image, so one image's cols (R*Q floats: 60 KB for LeNet's conv2) is
+// still in L1/L2 when its product reads it. Each part keeps its own dW and db sums, added to the
+// gradient in part order at the end: results are bitwise repeatable for a given thread count and
+// differ across thread counts only by that summation order (forward and dx do not depend on it).
+// Grouping images into one GEMM is not possible without reordering: y[b] (F, Q) of consecutive
+// images are not one (F, B*Q) matrix (and measured with OpenBLAS 0.3.21 at conv2's shapes, larger
+// products were no faster). cols is recomputed in backward rather than kept (7.7 MB for conv2 at
+// batch 128, more than it costs to rebuild from the input).
 #pragma once
 
 #include <cstdint>
@@ -65,6 +70,8 @@ class Conv2d : public Layer {
   // cols (R, Q) of one image (C, H, W): im2col_padded for stride 1 (scratch: one part's row of
   // scratch_), im2col otherwise.
   void lower(const float* image, float* scratch, float* cols) const;
+  // Floats of scratch per part: enough for im2col_padded and for conv_direct.
+  std::int64_t scratch_size() const;
   // How many contiguous ranges of images the batch is cut into: the compute threads, fewer for a
   // small pass. Depends on the shapes and the thread count only.
   int batch_parts(std::int64_t batch) const;
@@ -85,12 +92,14 @@ class Conv2d : public Layer {
   tensor::Tensor weight_, bias_, weight_grad_, bias_grad_;  // views into the ParamStore
   tensor::ConvGeometry geometry_;                           // of the last forward's input
   tensor::Shape input_shape_;                               // (B, C, H, W) of the last forward
-  tensor::Tensor x_;         // view of the last input (B, C, H, W), to recompute cols in backward
-  tensor::Tensor cols_;      // (parts, R, Q): one image per part at a time
-  tensor::Tensor scratch_;   // (parts, im2col_padded_scratch_size)
-  tensor::Tensor weight_t_;  // (R, F): W transposed, for dcols
-  tensor::Tensor dcols_;     // (parts, R, Q)
-  tensor::Tensor dw_parts_;  // (parts, F*R): per-part weight gradients when parts > 1
+  tensor::Tensor x_;        // view of the last input (B, C, H, W), to recompute cols in backward
+  tensor::Tensor cols_;     // (parts, R, Q): one image per part at a time
+  tensor::Tensor scratch_;  // (parts, im2col_padded_scratch_size)
+  tensor::Tensor dcols_;    // (parts, R, Q)
+  // (parts, F*R*kConvDirectLanes) conv_direct lanes or (parts, R*F) dW^T: per-part weight-gradient
+  // sums over the part's images, see backward().
+  tensor::Tensor part_sums_;
+  tensor::Tensor dw_parts_;       // (parts, F*R): per-part weight gradients when parts > 1
   std::vector<double> db_parts_;  // (parts, F): per-part bias gradients
   tensor::Tensor y_;              // (B, F, OH, OW)
   tensor::Tensor dx_;             // (B, C, H, W)

@@ -4,6 +4,10 @@
 #include <bit>
 #include <cstdint>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "dtrain/base/error.h"
 #include "dtrain/base/thread_pool.h"
 
@@ -53,6 +57,114 @@ void pool_plane(const float* in, std::int64_t width, std::int64_t kernel, std::i
   }
 }
 
+#if defined(__AVX512F__)
+
+// The 2x2 stride-2 window of LeNet and most CNNs, 16 outputs per step with AVX-512: two 16-float
+// loads of a row pair (masked at the row's end, so nothing past it is read) are split into their
+// even and odd columns, giving the four candidates of 16 windows in row-major order (top-left,
+// top-right, bottom-left, bottom-right); then three compare-and-blend steps, the same rule as
+// fold() lane by lane. A 28-wide row is one step with 14 lanes live.
+inline void fold16(__m512 v, __m512i at, __m512& best, __m512i& best_at) {
+  const __mmask16 take =
+      _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
+      (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & _mm512_cmp_ps_mask(best, best, _CMP_ORD_Q));
+  best = _mm512_mask_blend_ps(take, best, v);
+  best_at = _mm512_mask_blend_epi32(take, best_at, at);
+}
+
+// Lane masks for n <= 16 outputs: the n outputs themselves and the 2n inputs in two halves.
+struct Lanes {
+  __mmask16 out, in_lo, in_hi;
+};
+inline Lanes lanes_for(std::int64_t n) {
+  const auto bits = [](std::int64_t k) {
+    return static_cast<__mmask16>(k >= 16 ? 0xFFFFu : (1u << static_cast<unsigned>(k)) - 1u);
+  };
+  return {bits(n), bits(2 * n), bits(std::max<std::int64_t>(2 * n - 16, 0))};
+}
+
+// Stores the lanes of m; a full mask takes a plain store (a masked store is slower on AMD Zen 4).
+inline void store_lanes(float* at, __mmask16 m, __m512 v) {
+  if (m == 0xFFFF) {
+    _mm512_storeu_ps(at, v);
+  } else {
+    _mm512_mask_storeu_ps(at, m, v);
+  }
+}
+
+void pool_plane_2x2(const float* in, std::int64_t width, std::int64_t oh_count,
+                    std::int64_t ow_count, float* out, std::int32_t* out_arg) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i below = _mm512_set1_epi32(static_cast<std::int32_t>(width));
+  for (std::int64_t oh = 0; oh < oh_count; ++oh) {
+    const float* top = in + 2 * oh * width;
+    const float* bottom = top + width;
+    for (std::int64_t ow = 0; ow < ow_count; ow += 16) {
+      const Lanes m = lanes_for(std::min<std::int64_t>(ow_count - ow, 16));
+      const __m512 t0 = _mm512_maskz_loadu_ps(m.in_lo, top + 2 * ow);
+      const __m512 t1 = _mm512_maskz_loadu_ps(m.in_hi, top + 2 * ow + 16);
+      const __m512 b0 = _mm512_maskz_loadu_ps(m.in_lo, bottom + 2 * ow);
+      const __m512 b1 = _mm512_maskz_loadu_ps(m.in_hi, bottom + 2 * ow + 16);
+      const __m512i at_a = _mm512_add_epi32(
+          _mm512_set1_epi32(static_cast<std::int32_t>(2 * oh * width + 2 * ow)), even);
+      const __m512i at_c = _mm512_add_epi32(at_a, below);
+      __m512 best = _mm512_permutex2var_ps(t0, even, t1);
+      __m512i best_at = at_a;
+      fold16(_mm512_permutex2var_ps(t0, odd, t1), _mm512_add_epi32(at_a, one), best, best_at);
+      fold16(_mm512_permutex2var_ps(b0, even, b1), at_c, best, best_at);
+      fold16(_mm512_permutex2var_ps(b0, odd, b1), _mm512_add_epi32(at_c, one), best, best_at);
+      _mm512_mask_storeu_ps(out + oh * ow_count + ow, m.out, best);
+      _mm512_mask_storeu_epi32(out_arg + oh * ow_count + ow, m.out, best_at);
+    }
+  }
+}
+
+// Backward of pool_plane_2x2 for one plane: windows do not overlap, so each input of a window gets
+// dy where the argmax points and 0 elsewhere; the row pair is written whole (16 windows per step,
+// the four masked gradients interleaved back into two 32-float rows) instead of zeroing the plane
+// and scattering. Each gradient is formed as 0 + dy, exactly what the scatter computes (it turns a
+// -0 into +0). A last row or column that no window covers (odd H or W) is zeroed.
+void unpool_plane_2x2(const float* dy, const std::int32_t* arg, std::int64_t height,
+                      std::int64_t width, std::int64_t oh_count, std::int64_t ow_count, float* dx) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i high = _mm512_add_epi32(low, _mm512_set1_epi32(8));
+  const __m512i right = _mm512_set1_epi32(1);
+  const __m512i below = _mm512_set1_epi32(static_cast<std::int32_t>(width));
+  const __m512 zero = _mm512_setzero_ps();
+  for (std::int64_t oh = 0; oh < oh_count; ++oh) {
+    float* top = dx + 2 * oh * width;
+    float* bottom = top + width;
+    for (std::int64_t ow = 0; ow < ow_count; ow += 16) {
+      const Lanes m = lanes_for(std::min<std::int64_t>(ow_count - ow, 16));
+      const __m512 g = _mm512_maskz_loadu_ps(m.out, dy + oh * ow_count + ow);
+      const __m512i rel = _mm512_sub_epi32(
+          _mm512_maskz_loadu_epi32(m.out, arg + oh * ow_count + ow),
+          _mm512_add_epi32(_mm512_set1_epi32(static_cast<std::int32_t>(2 * oh * width + 2 * ow)),
+                           even));
+      const __m512 ga =
+          _mm512_maskz_add_ps(_mm512_cmpeq_epi32_mask(rel, _mm512_setzero_si512()), zero, g);
+      const __m512 gb = _mm512_maskz_add_ps(_mm512_cmpeq_epi32_mask(rel, right), zero, g);
+      const __m512 gc = _mm512_maskz_add_ps(_mm512_cmpeq_epi32_mask(rel, below), zero, g);
+      const __m512 gd = _mm512_maskz_add_ps(
+          _mm512_cmpeq_epi32_mask(rel, _mm512_add_epi32(below, right)), zero, g);
+      store_lanes(top + 2 * ow, m.in_lo, _mm512_permutex2var_ps(ga, low, gb));
+      store_lanes(top + 2 * ow + 16, m.in_hi, _mm512_permutex2var_ps(ga, high, gb));
+      store_lanes(bottom + 2 * ow, m.in_lo, _mm512_permutex2var_ps(gc, low, gd));
+      store_lanes(bottom + 2 * ow + 16, m.in_hi, _mm512_permutex2var_ps(gc, high, gd));
+    }
+    if (width > 2 * ow_count) {
+      top[width - 1] = 0.0f;
+      bottom[width - 1] = 0.0f;
+    }
+  }
+  if (height > 2 * oh_count) std::fill(dx + (height - 1) * width, dx + height * width, 0.0f);
+}
+
+#else
+
 // The 2x2 stride-2 window of LeNet and most CNNs, unrolled: the four candidates in row-major order
 // (top-left, top-right, bottom-left, bottom-right), three compare-and-blend steps per output.
 void pool_plane_2x2(const float* in, std::int64_t width, std::int64_t oh_count,
@@ -75,6 +187,16 @@ void pool_plane_2x2(const float* in, std::int64_t width, std::int64_t oh_count,
       arg_row[ow] = best;
     }
   }
+}
+
+#endif
+
+// Backward for one plane, any window: zero, then add each dy at its argmax (overlapping windows
+// sum). Cost: H*W stores and OH*OW adds.
+void unpool_plane(const float* dy, const std::int32_t* arg, std::int64_t plane_in,
+                  std::int64_t plane_out, float* dx) {
+  std::fill(dx, dx + plane_in, 0.0f);
+  for (std::int64_t o = 0; o < plane_out; ++o) dx[arg[o]] += dy[o];
 }
 
 }  // namespace
@@ -143,18 +265,25 @@ const tensor::Tensor& MaxPool2d::backward(const tensor::Tensor& dy, bool need_in
                tensor::shape_str(dy.shape()), tensor::shape_str(y_.shape()));
   dx_.ensure_shape(input_shape_);
   const std::int64_t planes = input_shape_[0] * input_shape_[1];
-  const std::int64_t plane_in = input_shape_[2] * input_shape_[3];
-  const std::int64_t plane_out = dy.dim(2) * dy.dim(3);
+  const std::int64_t height = input_shape_[2], width = input_shape_[3];
+  const std::int64_t oh_count = dy.dim(2), ow_count = dy.dim(3);
+  const std::int64_t plane_in = height * width;
+  const std::int64_t plane_out = oh_count * ow_count;
+  [[maybe_unused]] const bool two_by_two = kernel_ == 2 && stride_ == 2;
   const float* g = dy.data();
   float* dx = dx_.data();
   const std::int32_t* arg = argmax_.data();
   compute_pool().parallel_for(planes, kPlaneGrain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t plane = begin; plane < end; ++plane) {
-      float* out = dx + plane * plane_in;
-      std::fill(out, out + plane_in, 0.0f);
-      const float* in = g + plane * plane_out;
-      const std::int32_t* in_arg = arg + plane * plane_out;
-      for (std::int64_t o = 0; o < plane_out; ++o) out[in_arg[o]] += in[o];
+#if defined(__AVX512F__)
+      if (two_by_two) {
+        unpool_plane_2x2(g + plane * plane_out, arg + plane * plane_out, height, width, oh_count,
+                         ow_count, dx + plane * plane_in);
+        continue;
+      }
+#endif
+      unpool_plane(g + plane * plane_out, arg + plane * plane_out, plane_in, plane_out,
+                   dx + plane * plane_in);
     }
   });
   return dx_;

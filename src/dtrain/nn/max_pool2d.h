@@ -9,7 +9,8 @@
 // maximum in row-major window order wins (a later equal value does not replace it), so the whole
 // gradient of a tied window goes to one input, as in PyTorch's CPU kernel. A NaN input propagates:
 // it is taken when first seen and never replaced. Cost: B*C*OH*OW*K*K comparisons forward,
-// B*C*OH*OW adds backward; planes are split over the compute pool.
+// B*C*OH*OW adds backward; planes are split over the compute pool. The 2x2 stride-2 window runs 16
+// windows per step with AVX-512 where the build has it, forward and backward (same results).
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "dtrain/base/error.h"
 
@@ -16,10 +21,16 @@ void check_stride_one(const ConvGeometry& g) {
                g.stride);
 }
 
+// Floats per padded row in col2im_padded's copy: W + 2P rounded up to whole 16-float vectors, so
+// that a row is read and written as whole vectors without touching the next row.
+std::int64_t col2im_row_stride(const ConvGeometry& g) {
+  return (g.width + 2 * g.padding + kBlock - 1) / kBlock * kBlock;
+}
+
 }  // namespace
 
 std::int64_t im2col_padded_scratch_size(const ConvGeometry& g) {
-  return g.channels * (g.height + 2 * g.padding) * (g.width + 2 * g.padding) + kBlock;
+  return g.channels * (g.height + 2 * g.padding) * col2im_row_stride(g) + kBlock;
 }
 
 void im2col_padded(const ConvGeometry& g, const float* image, float* scratch, float* cols) {
@@ -30,12 +41,19 @@ void im2col_padded(const ConvGeometry& g, const float* image, float* scratch, fl
   const std::int64_t ow_count = g.out_width();
   // The padded copy: zero borders, the image inside; the slack after it is read by the last spill
   // of each row, never used.
-  std::fill(scratch, scratch + im2col_padded_scratch_size(g), 0.0f);
-  for (std::int64_t c = 0; c < g.channels; ++c) {
-    for (std::int64_t y = 0; y < g.height; ++y) {
-      std::memcpy(scratch + (c * padded_h + y + g.padding) * padded_w + g.padding,
-                  image + (c * g.height + y) * g.width,
-                  static_cast<std::size_t>(g.width) * sizeof(float));
+  if (g.padding == 0) {
+    // No border: the padded copy is the image itself, and only the slack needs defined values.
+    const std::int64_t size = g.channels * g.height * g.width;
+    std::memcpy(scratch, image, static_cast<std::size_t>(size) * sizeof(float));
+    std::fill(scratch + size, scratch + size + kBlock, 0.0f);
+  } else {
+    std::fill(scratch, scratch + im2col_padded_scratch_size(g), 0.0f);
+    for (std::int64_t c = 0; c < g.channels; ++c) {
+      for (std::int64_t y = 0; y < g.height; ++y) {
+        std::memcpy(scratch + (c * padded_h + y + g.padding) * padded_w + g.padding,
+                    image + (c * g.height + y) * g.width,
+                    static_cast<std::size_t>(g.width) * sizeof(float));
+      }
     }
   }
   const std::int64_t rows = g.col_rows();
@@ -59,6 +77,88 @@ void im2col_padded(const ConvGeometry& g, const float* image, float* scratch, fl
     }
   }
 }
+
+#if defined(__AVX512F__)
+
+// With AVX-512: for each channel c, kernel row i and output row oh, the padded row y = oh + i is
+// loaded once as whole vectors, the KW cols rows (c, i, j) that land on it are added lane by lane
+// (row j is loaded into the low lanes and permuted up to lanes j .. j + OW - 1), and the row is
+// stored back. Each pixel still receives its contributions in (c, i, j) order, so the
+// bits equal the portable version; what changes is that the portable one re-loads the row right
+// after storing it one float to the left for the next j, a load the store cannot forward to.
+void col2im_padded(const ConvGeometry& g, const float* cols, float* scratch, float* image) {
+  check_stride_one(g);
+  const std::int64_t padded_h = g.height + 2 * g.padding;
+  const std::int64_t stride = col2im_row_stride(g);
+  const std::int64_t oh_count = g.out_height();
+  const std::int64_t ow_count = g.out_width();
+  const std::int64_t pixels = oh_count * ow_count;
+  // For vector v of a padded row (lanes x0 = 16 v ...) and kernel column j: lanes l with
+  // 0 <= x0 + l - j < OW take cols row j at x0 + l - j; the hi - lo floats from there are loaded
+  // into the low lanes and permuted up by lo. Fixed per call, so worked out once.
+  struct Shift {
+    __m512i up;
+    __mmask16 count, take;
+    std::int64_t at;  // into cols row (c, i, j), before adding the output row oh * OW
+  };
+  const std::int64_t vectors = stride / kBlock;
+  std::vector<Shift> shifts(static_cast<std::size_t>(vectors * g.kernel_w));
+  const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (std::int64_t v = 0; v < vectors; ++v) {
+    for (std::int64_t j = 0; j < g.kernel_w; ++j) {
+      const std::int64_t x0 = v * kBlock;
+      const std::int64_t lo = std::max<std::int64_t>(j - x0, 0);
+      const std::int64_t hi = std::clamp<std::int64_t>(j - x0 + ow_count, lo, kBlock);
+      const auto count = static_cast<__mmask16>((1u << (hi - lo)) - 1u);
+      shifts[static_cast<std::size_t>(v * g.kernel_w + j)] = {
+          _mm512_sub_epi32(lanes, _mm512_set1_epi32(static_cast<std::int32_t>(lo))), count,
+          static_cast<__mmask16>(count << lo), j * pixels + x0 + lo - j};
+    }
+  }
+  std::fill(scratch, scratch + g.channels * padded_h * stride, 0.0f);
+  for (std::int64_t c = 0; c < g.channels; ++c) {
+    for (std::int64_t i = 0; i < g.kernel_h; ++i) {
+      const float* src_i = cols + (c * g.kernel_h + i) * g.kernel_w * pixels;
+      for (std::int64_t oh = 0; oh < oh_count; ++oh) {
+        float* dst = scratch + (c * padded_h + oh + i) * stride;
+        const float* src = src_i + oh * ow_count;
+        for (std::int64_t v = 0; v < vectors; ++v) {
+          __m512 row = _mm512_loadu_ps(dst + v * kBlock);
+          const Shift* shift = shifts.data() + v * g.kernel_w;
+          for (std::int64_t j = 0; j < g.kernel_w; ++j) {
+            const Shift& s = shift[j];
+            if (s.count == 0) continue;  // column j does not reach this vector
+            const __m512 moved = _mm512_maskz_permutexvar_ps(
+                s.take, s.up, _mm512_maskz_loadu_ps(s.count, src + s.at));
+            row = _mm512_mask_add_ps(row, s.take, row, moved);
+          }
+          _mm512_storeu_ps(dst + v * kBlock, row);
+        }
+      }
+    }
+  }
+  // The interior, row by row in whole vectors: a vector past a row's end spills into the next image
+  // rows, which are written after it; only a vector that would pass the image's end is masked.
+  // Reads past a padded row stay inside scratch (the rows below it, or its 16 floats of slack).
+  const std::int64_t image_rows = g.channels * g.height;
+  const std::int64_t image_size = image_rows * g.width;
+  for (std::int64_t row = 0; row < image_rows; ++row) {
+    const float* in =
+        scratch + ((row / g.height) * padded_h + row % g.height + g.padding) * stride + g.padding;
+    float* out = image + row * g.width;
+    for (std::int64_t x = 0; x < g.width; x += kBlock) {
+      const __m512 v = _mm512_loadu_ps(in + x);
+      if (row * g.width + x + kBlock <= image_size) {
+        _mm512_storeu_ps(out + x, v);
+      } else {
+        const std::int64_t n = std::min(kBlock, g.width - x);
+        _mm512_mask_storeu_ps(out + x, static_cast<__mmask16>((1u << n) - 1u), v);
+      }
+    }
+  }
+}
+
+#else
 
 void col2im_padded(const ConvGeometry& g, const float* cols, float* scratch, float* image) {
   check_stride_one(g);
@@ -86,5 +186,7 @@ void col2im_padded(const ConvGeometry& g, const float* cols, float* scratch, flo
     }
   }
 }
+
+#endif
 
 }  // namespace dtrain::tensor

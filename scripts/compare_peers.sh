@@ -38,7 +38,7 @@ print(json.dumps({"who": "pytorch", "model": r["model"], "threads": r["threads"]
                   "samples_per_second": r["samples_per_s_epoch1"]}))' >> "$OUT/results.jsonl"
     done
   done
-  "$DTRAIN" bench train --json --models mlp,lenet5 --threads 1,2 --steps 100 --repeats 3 \
+  "$DTRAIN" bench train --json --models mlp,lenet5 --threads 1,2 --steps 100 --repeats 7 \
     | python3 -c '
 import json, sys
 for r in json.load(sys.stdin):

@@ -50,7 +50,10 @@ if [[ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
   exit 0
 fi
 
-"$DTRAIN" train --config examples/fashion_mlp.toml --set train.epochs=3 --out "$TMP/mlp" 2> "$TMP/mlp.log" \
+# MLP, 3 epochs with cosine decay (about 3 s of training; the final accuracy of a constant-lr run
+# fluctuates by a point around 85-86% at epoch 3, cosine settles near 88%).
+"$DTRAIN" train --config examples/fashion_mlp.toml --set train.epochs=3 --set schedule.decay=cosine \
+  --out "$TMP/mlp" 2> "$TMP/mlp.log" \
   || { cat "$TMP/mlp.log" >&2; fail "MLP run failed"; }
 grep -q '^epoch 3/3  loss .* train .*%  test .*%  .* samples/s  .* s$' "$TMP/mlp.log" \
   || fail "no epoch line in the MLP output"

@@ -33,7 +33,7 @@ TEST(InitTest, ParsesTheThreeNames) {
   EXPECT_EQ(parse_init("normal"), InitKind::kNormal);
   EXPECT_EQ(parse_init("xavier"), InitKind::kXavier);
   EXPECT_EQ(parse_init("he"), InitKind::kHe);
-  for (InitKind kind : {InitKind::kNormal, InitKind::kXavier, InitKind::kHe}) {
+  for (InitKind kind : {InitKind::kNormal, InitKind::kXavier, InitKind::kHe, InitKind::kUniform}) {
     EXPECT_EQ(parse_init(init_name(kind)), kind);
   }
 }
@@ -72,7 +72,8 @@ TEST(InitTest, SampleMomentsMatchEachKind) {
   };
   for (const Case& c : {Case{InitKind::kNormal, 10, 10, 0.05f, 0.05},
                         Case{InitKind::kXavier, 300, 100, 0.0f, std::sqrt(2.0 / 400.0)},
-                        Case{InitKind::kHe, 200, 10, 0.0f, std::sqrt(2.0 / 200.0)}}) {
+                        Case{InitKind::kHe, 200, 10, 0.0f, std::sqrt(2.0 / 200.0)},
+                        Case{InitKind::kUniform, 144, 10, 0.0f, std::sqrt(1.0 / (3.0 * 144.0))}}) {
     tensor::Tensor w = tensor::Tensor::zeros({n / 100, 100});
     Rng rng(42, 1);
     init_weights(w, c.fan_in, c.fan_out, c.kind, c.sigma, rng);
@@ -95,6 +96,37 @@ TEST(InitTest, SameSeedGivesTheSameWeightsAndAnotherStreamDifferentOnes) {
   init_weights(c, 9, 17, InitKind::kHe, 0.0f, rng_c);
   EXPECT_EQ(a.to_vector(), b.to_vector());
   EXPECT_NE(a.to_vector(), c.to_vector());
+}
+
+}  // namespace
+}  // namespace dtrain::nn
+
+namespace dtrain::nn {
+namespace {
+
+// PyTorch's nn.Linear default: weights and biases uniform in +-1/sqrt(fan_in) (fan_in 16: 0.25).
+TEST(InitTest, UniformMatchesPyTorchsDefaultBoundsForWeightsAndBiases) {
+  tensor::Tensor w = tensor::Tensor::zeros({64, 16});
+  tensor::Tensor b = tensor::Tensor::zeros({64});
+  Rng rng(5, 1);
+  init_weights(w, 16, 64, InitKind::kUniform, 0.0f, rng);
+  init_bias(b, 16, InitKind::kUniform, rng);
+  float w_max = 0.0f, b_max = 0.0f;
+  for (float v : w.to_vector()) w_max = std::max(w_max, std::fabs(v));
+  for (float v : b.to_vector()) b_max = std::max(b_max, std::fabs(v));
+  EXPECT_LE(w_max, 0.25f);
+  EXPECT_GT(w_max, 0.2f);  // 1024 draws reach near the bound
+  EXPECT_LE(b_max, 0.25f);
+  EXPECT_GT(b_max, 0.15f);  // 64 draws: P(all below 0.15) = 0.6^64, negligible
+}
+
+TEST(InitTest, OtherKindsStartBiasesAtZero) {
+  for (InitKind kind : {InitKind::kNormal, InitKind::kXavier, InitKind::kHe}) {
+    tensor::Tensor b = tensor::Tensor::from({3}, {1.0f, 2.0f, 3.0f});
+    Rng rng(5, 1);
+    init_bias(b, 16, kind, rng);
+    EXPECT_EQ(b.to_vector(), (std::vector<float>{0.0f, 0.0f, 0.0f}));
+  }
 }
 
 }  // namespace

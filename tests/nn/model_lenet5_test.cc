@@ -97,7 +97,7 @@ TEST(Lenet5, RejectsBadSpecs) {
       },
       ::testing::ThrowsMessage<ShapeError>(::testing::HasSubstr("conv2")));
   ModelSpec spec = lenet_spec({1, 28, 28});
-  spec.init = "uniform";
+  spec.init = "glorot";
   EXPECT_THROW(build_model(spec), ConfigError);
 }
 

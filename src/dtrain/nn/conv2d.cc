@@ -113,7 +113,7 @@ void Conv2d::bind(ParamStore& store) {
 void Conv2d::init(Rng& rng) {
   const std::int64_t area = kernel_ * kernel_;
   init_weights(weight_, in_channels_ * area, out_channels_ * area, init_kind_, sigma_, rng);
-  if (has_bias_) bias_.zero();
+  if (has_bias_) init_bias(bias_, in_channels_ * area, init_kind_, rng);
 }
 
 void Conv2d::lower(const float* image, float* scratch, float* cols) const {

@@ -57,7 +57,7 @@ void Linear::bind(ParamStore& store) {
 
 void Linear::init(Rng& rng) {
   init_weights(weight_, in_, out_, init_kind_, sigma_, rng);
-  bias_.zero();
+  init_bias(bias_, in_, init_kind_, rng);
 }
 
 const tensor::Tensor& Linear::forward(const tensor::Tensor& x, const ForwardContext& /*ctx*/) {

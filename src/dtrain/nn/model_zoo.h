@@ -24,7 +24,8 @@ struct ModelSpec {
   // resnet: channels of the first stage (doubled at each later stage) and blocks per stage.
   std::int64_t resnet_width = 16;
   std::int64_t resnet_blocks = 1;
-  // Weight initialisation: "he", "xavier" or "normal" (N(0, init_sigma^2)); biases start at 0.
+  // Weight initialisation: "he", "xavier", "normal" (N(0, init_sigma^2)) or "uniform" (PyTorch's
+  // default); see nn/init.h.
   std::string init = "he";
   float init_sigma = 0.01f;
 };

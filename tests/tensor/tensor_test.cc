@@ -67,3 +67,15 @@ TEST(Tensor, EnsureShapeKeepsOrReallocates) {
 
 }  // namespace
 }  // namespace dtrain::tensor
+
+namespace dtrain::tensor {
+namespace {
+
+TEST(Tensor, BatchShapeStrWritesTheBatchAsB) {
+  EXPECT_EQ(batch_shape_str({128, 1, 28, 28}), "[B, 1, 28, 28]");
+  EXPECT_EQ(batch_shape_str({7}), "[B]");
+  EXPECT_EQ(batch_shape_str({}), "[] (a scalar)");
+}
+
+}  // namespace
+}  // namespace dtrain::tensor

@@ -10,13 +10,6 @@ namespace {
 
 constexpr std::int64_t kPlaneGrain = 16;
 
-std::string batch_shape_str(const tensor::Shape& shape) {
-  if (shape.empty()) return "[] (a scalar)";
-  std::string text = "[B";
-  for (std::size_t i = 1; i < shape.size(); ++i) text += fmt::format(", {}", shape[i]);
-  return text + "]";
-}
-
 }  // namespace
 
 AvgPool2d::AvgPool2d(std::string name, std::int64_t kernel, std::int64_t stride)
@@ -42,7 +35,7 @@ std::string AvgPool2d::describe() const {
 tensor::Shape AvgPool2d::output_shape(const tensor::Shape& input) const {
   if (input.size() != 4) {
     throw ShapeError(fmt::format("layer {} ({}) expects input [B, C, H, W], got {}", name(),
-                                 describe(), batch_shape_str(input)));
+                                 describe(), tensor::batch_shape_str(input)));
   }
   if (input[2] <= 0 || input[3] <= 0 || input[2] < window_h(input[2]) ||
       input[3] < window_w(input[3])) {
@@ -50,7 +43,7 @@ tensor::Shape AvgPool2d::output_shape(const tensor::Shape& input) const {
         "layer {} ({}): window {}x{} does not fit the input {}x{} of input {}; use a larger input "
         "or fewer downsampling layers before it",
         name(), describe(), window_h(input[2]), window_w(input[3]), input[2], input[3],
-        batch_shape_str(input)));
+        tensor::batch_shape_str(input)));
   }
   if (is_global()) return {input[0], input[1], 1, 1};
   return {input[0], input[1], (input[2] - kernel_) / stride_ + 1,

@@ -12,13 +12,6 @@ namespace {
 // Values per thread below which a second thread costs more than it saves.
 constexpr std::int64_t kValueGrain = 1 << 14;
 
-std::string batch_shape_str(const tensor::Shape& shape) {
-  if (shape.empty()) return "[] (a scalar)";
-  std::string text = "[B";
-  for (std::size_t i = 1; i < shape.size(); ++i) text += fmt::format(", {}", shape[i]);
-  return text + "]";
-}
-
 // The spatial size H*W of a (B, F) or (B, F, H, W) shape.
 std::int64_t plane_size(const tensor::Shape& shape) {
   return shape.size() == 4 ? shape[2] * shape[3] : 1;
@@ -55,7 +48,7 @@ tensor::Shape BatchNorm::output_shape(const tensor::Shape& input) const {
     throw ShapeError(fmt::format(
         "layer {} ({}) expects input [B, {}] or [B, {}, H, W], got {}; check the previous "
         "layer's output",
-        name(), describe(), features_, features_, batch_shape_str(input)));
+        name(), describe(), features_, features_, tensor::batch_shape_str(input)));
   }
   return input;
 }

@@ -40,13 +40,6 @@ double plane_sum(const float* plane, std::int64_t pixels) {
   return total;
 }
 
-std::string batch_shape_str(const tensor::Shape& shape) {
-  if (shape.empty()) return "[] (a scalar)";
-  std::string text = "[B";
-  for (std::size_t i = 1; i < shape.size(); ++i) text += fmt::format(", {}", shape[i]);
-  return text + "]";
-}
-
 }  // namespace
 
 Conv2d::Conv2d(std::string name, std::int64_t in_channels, std::int64_t out_channels,
@@ -78,7 +71,7 @@ tensor::Shape Conv2d::output_shape(const tensor::Shape& input) const {
     throw ShapeError(fmt::format(
         "layer {} ({}) expects input [B, {}, H, W], got {}; check the previous layer's output or "
         "the model input shape",
-        name(), describe(), in_channels_, batch_shape_str(input)));
+        name(), describe(), in_channels_, tensor::batch_shape_str(input)));
   }
   const std::int64_t padded_h = input[2] + 2 * padding_;
   const std::int64_t padded_w = input[3] + 2 * padding_;
@@ -86,7 +79,7 @@ tensor::Shape Conv2d::output_shape(const tensor::Shape& input) const {
     throw ShapeError(fmt::format(
         "layer {} ({}): kernel {}x{} is larger than the padded input {}x{} of input {}; use a "
         "larger input, more padding or fewer downsampling layers before it",
-        name(), describe(), kernel_, kernel_, padded_h, padded_w, batch_shape_str(input)));
+        name(), describe(), kernel_, kernel_, padded_h, padded_w, tensor::batch_shape_str(input)));
   }
   return {input[0], out_channels_, (padded_h - kernel_) / stride_ + 1,
           (padded_w - kernel_) / stride_ + 1};

@@ -6,18 +6,6 @@
 #include "dtrain/tensor/gemm.h"
 
 namespace dtrain::nn {
-namespace {
-
-// "[B, 255]": the shape with the batch dimension written as B, as a user thinks of it.
-std::string batch_shape_str(const tensor::Shape& shape) {
-  if (shape.empty()) return "[] (a scalar)";
-  std::string text = "[B";
-  for (std::size_t i = 1; i < shape.size(); ++i) text += fmt::format(", {}", shape[i]);
-  return text + "]";
-}
-
-}  // namespace
-
 Linear::Linear(std::string name, std::int64_t in_features, std::int64_t out_features, InitKind init,
                float sigma)
     : Layer(std::move(name)),
@@ -38,7 +26,7 @@ tensor::Shape Linear::output_shape(const tensor::Shape& input) const {
     throw ShapeError(fmt::format(
         "layer {} ({}) expects input [B, {}], got {}; check the previous layer's output or the "
         "model input shape",
-        name(), describe(), in_, batch_shape_str(input)));
+        name(), describe(), in_, tensor::batch_shape_str(input)));
   }
   return {input[0], out_};
 }

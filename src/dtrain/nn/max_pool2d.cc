@@ -17,13 +17,6 @@ namespace {
 // Planes per thread below which a second thread costs more than it saves (a 28x28 plane is ~1 us).
 constexpr std::int64_t kPlaneGrain = 16;
 
-std::string batch_shape_str(const tensor::Shape& shape) {
-  if (shape.empty()) return "[] (a scalar)";
-  std::string text = "[B";
-  for (std::size_t i = 1; i < shape.size(); ++i) text += fmt::format(", {}", shape[i]);
-  return text + "]";
-}
-
 // Folds candidate v (at flat index at) into the running maximum: v replaces best when v > best, or
 // when v is NaN and best is not (a NaN already taken stays). Selected with bit masks rather than
 // branches: with random data a branch here mispredicts about half the time.
@@ -217,13 +210,13 @@ std::string MaxPool2d::describe() const {
 tensor::Shape MaxPool2d::output_shape(const tensor::Shape& input) const {
   if (input.size() != 4) {
     throw ShapeError(fmt::format("layer {} ({}) expects input [B, C, H, W], got {}", name(),
-                                 describe(), batch_shape_str(input)));
+                                 describe(), tensor::batch_shape_str(input)));
   }
   if (input[2] < kernel_ || input[3] < kernel_) {
     throw ShapeError(fmt::format(
         "layer {} ({}): window {}x{} is larger than the input {}x{} of input {}; use a larger "
         "input or fewer downsampling layers before it",
-        name(), describe(), kernel_, kernel_, input[2], input[3], batch_shape_str(input)));
+        name(), describe(), kernel_, kernel_, input[2], input[3], tensor::batch_shape_str(input)));
   }
   return {input[0], input[1], (input[2] - kernel_) / stride_ + 1,
           (input[3] - kernel_) / stride_ + 1};

@@ -40,6 +40,13 @@ std::string shape_str(const Shape& shape) {
   return text + "]";
 }
 
+std::string batch_shape_str(const Shape& shape) {
+  if (shape.empty()) return "[] (a scalar)";
+  std::string text = "[B";
+  for (std::size_t i = 1; i < shape.size(); ++i) text += ", " + std::to_string(shape[i]);
+  return text + "]";
+}
+
 std::int64_t shape_numel(const Shape& shape) {
   std::int64_t n = 1;
   for (auto d : shape) {
@@ -109,8 +116,8 @@ Tensor Tensor::reshape(const Shape& shape) const {
 
 Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const {
   if (ndim() == 0 || begin < 0 || end < begin || end > shape_[0]) {
-    throw ShapeError(fmt::format("slice [{}, {}) out of range for shape {}", begin, end,
-                                 shape_str(shape_)));
+    throw ShapeError(
+        fmt::format("slice [{}, {}) out of range for shape {}", begin, end, shape_str(shape_)));
   }
   Tensor t = *this;
   t.shape_[0] = end - begin;
@@ -124,8 +131,8 @@ Tensor Tensor::transpose(int i, int j) const {
   if (i < 0) i += n;
   if (j < 0) j += n;
   if (i < 0 || j < 0 || i >= n || j >= n) {
-    throw ShapeError(fmt::format("transpose({}, {}) out of range for shape {}", i, j,
-                                 shape_str(shape_)));
+    throw ShapeError(
+        fmt::format("transpose({}, {}) out of range for shape {}", i, j, shape_str(shape_)));
   }
   Tensor t = *this;
   std::swap(t.shape_[static_cast<std::size_t>(i)], t.shape_[static_cast<std::size_t>(j)]);

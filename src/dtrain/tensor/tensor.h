@@ -19,6 +19,9 @@ using Shape = std::vector<std::int64_t>;
 // "[128, 1, 28, 28]"
 std::string shape_str(const Shape& shape);
 std::int64_t shape_numel(const Shape& shape);
+// "[B, 1, 28, 28]": a batched shape with dimension 0 written as B, as error messages about a
+// layer's input show it (the batch size is not what is wrong).
+std::string batch_shape_str(const Shape& shape);
 
 class Tensor {
  public:

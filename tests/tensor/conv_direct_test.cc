@@ -12,16 +12,12 @@
 
 #include "dtrain/base/rng.h"
 #include "dtrain/tensor/conv_reference.h"
+#include "random_values.h"
 
 namespace dtrain::tensor {
 namespace {
 
-std::vector<float> random_values(std::int64_t n, std::uint64_t seed) {
-  Rng rng(seed, 9);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = 2.0f * rng.uniform() - 1.0f;
-  return v;
-}
+using dtrain::testing::random_values;
 
 struct Case {
   std::int64_t channels, height, width, kernel_h, kernel_w, padding, filters;

@@ -9,16 +9,12 @@
 
 #include "dtrain/base/rng.h"
 #include "dtrain/base/thread_pool.h"
+#include "random_values.h"
 
 namespace dtrain::tensor {
 namespace {
 
-std::vector<float> random_values(std::int64_t n, std::uint64_t seed) {
-  Rng rng(seed, 11);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = 2.0f * rng.uniform() - 1.0f;
-  return v;
-}
+using dtrain::testing::random_values;
 
 struct Dims {
   std::int64_t m, n, k;

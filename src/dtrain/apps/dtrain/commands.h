@@ -10,7 +10,8 @@
 
 namespace dtrain::apps {
 
-inline constexpr const char* kVersion = "0.1.0";
+// From project(VERSION ...) in the top-level CMakeLists.txt.
+inline constexpr const char* kVersion = DTRAIN_VERSION;
 
 struct Command {
   CLI::App* app = nullptr;   // the subcommand, to ask whether it was chosen

@@ -1,0 +1,34 @@
+// The table of allreduce algorithms selectable by name (CommOptions / CollectiveOptions).
+#include <array>
+#include <string>
+
+#include "dtrain/base/error.h"
+#include "dtrain/comm/algorithms/algorithms.h"
+
+namespace dtrain::comm {
+namespace {
+
+constexpr std::array<AllreduceAlgorithm, 5> kAllreduceAlgorithms{{
+    {"ring", allreduce_ring},
+    {"parameter-server", allreduce_parameter_server},
+    {"sharded-ps", allreduce_sharded_ps},
+    {"tree", allreduce_tree},
+    {"halving-doubling", allreduce_halving_doubling},
+}};
+
+}  // namespace
+
+std::span<const AllreduceAlgorithm> allreduce_algorithms() { return kAllreduceAlgorithms; }
+
+const AllreduceAlgorithm& find_allreduce_algorithm(std::string_view name) {
+  std::string accepted;
+  for (const auto& algorithm : kAllreduceAlgorithms) {
+    if (algorithm.name == name) return algorithm;
+    accepted += accepted.empty() ? "" : ", ";
+    accepted += algorithm.name;
+  }
+  throw ConfigError(
+      fmt::format("unknown allreduce algorithm '{}': expected one of {}", name, accepted));
+}
+
+}  // namespace dtrain::comm

@@ -1,0 +1,41 @@
+#include "dtrain/comm/algorithms/channel.h"
+
+namespace dtrain::comm {
+
+Channel::Channel(Transport& transport, std::uint64_t tag, Deadline deadline,
+                 std::size_t segment_bytes)
+    : transport_(transport), tag_(tag), deadline_(deadline), segment_bytes_(segment_bytes) {}
+
+std::unique_ptr<Request> Channel::isend(int peer, const void* data, std::size_t bytes) {
+  traffic_.bytes_sent += static_cast<std::int64_t>(bytes);
+  traffic_.messages_sent += 1;
+  return transport_.isend(peer, tag_, data, bytes);
+}
+
+std::unique_ptr<Request> Channel::irecv(int peer, void* data, std::size_t bytes) {
+  traffic_.bytes_received += static_cast<std::int64_t>(bytes);
+  traffic_.messages_received += 1;
+  return transport_.irecv(peer, tag_, data, bytes);
+}
+
+void Channel::wait_all(std::vector<std::unique_ptr<Request>>& requests) {
+  for (auto& request : requests) request->wait(deadline_);
+}
+
+void Channel::send(int peer, const void* data, std::size_t bytes) {
+  isend(peer, data, bytes)->wait(deadline_);
+}
+
+void Channel::recv(int peer, void* data, std::size_t bytes) {
+  irecv(peer, data, bytes)->wait(deadline_);
+}
+
+void Channel::send_recv(int send_peer, const void* send_data, std::size_t send_bytes, int recv_peer,
+                        void* recv_data, std::size_t recv_bytes) {
+  auto receive = irecv(recv_peer, recv_data, recv_bytes);
+  auto send_request = isend(send_peer, send_data, send_bytes);
+  receive->wait(deadline_);
+  send_request->wait(deadline_);
+}
+
+}  // namespace dtrain::comm

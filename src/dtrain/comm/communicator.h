@@ -1,0 +1,159 @@
+// The collectives every parallel strategy uses, over any Transport: rank, size, point-to-point
+// send/recv, barrier, broadcast, allreduce (in and out of place), reduce, allgather and
+// reduce-scatter, each also as *_async returning a Work. Buffers are raw typed memory
+// (data, count, DType[, ReduceOp]); tensors never cross into comm/.
+//
+// Every collective call takes the next sequence number of this communicator (all ranks must call
+// collectives in the same order, as in MPI); its messages carry a tag derived from that number, so
+// concurrent calls (a blocking one beside async ones) never mix.
+//
+// Policy (docs/COMM.md): every blocking wait has a deadline (CommOptions::timeout, per call
+// CollectiveOptions::timeout). Before a collective, a cheap header check (on by default) sends
+// each rank's arguments to rank 0, which answers every rank with a verdict: ranks that disagree
+// about the collective, count, dtype, op, root, algorithm or tag get an error naming both values
+// and both ranks; ranks that do not arrive within 3/4 of the timeout are named as missing.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dtrain/base/dtype.h"
+#include "dtrain/comm/reduce_op.h"
+#include "dtrain/comm/stats.h"
+#include "dtrain/comm/task_queue.h"
+#include "dtrain/comm/transport/transport.h"
+#include "dtrain/comm/work.h"
+
+namespace dtrain::comm {
+
+class Channel;
+
+// DTRAIN_COMM_TIMEOUT_MS if set (a positive integer), else 60 s.
+std::chrono::milliseconds default_comm_timeout();
+
+struct CommOptions {
+  // Deadline of every blocking wait of one call.
+  std::chrono::milliseconds timeout = default_comm_timeout();
+  // The cross-rank argument check before each collective: 2(P - 1) small messages through rank 0.
+  // Turn off for benchmarks; mismatches then show up as size errors or wrong results.
+  bool check_headers = true;
+  // The allreduce algorithm when a call names none (algorithms.h lists the names).
+  std::string allreduce_algorithm = "ring";
+  // Largest message of pipelined algorithms; tests make it tiny to force many segments.
+  std::size_t segment_bytes = std::size_t{1} << 20;
+};
+
+struct CollectiveOptions {
+  // Allreduce: one of allreduce_algorithms(); empty means CommOptions::allreduce_algorithm. The
+  // other collectives have one algorithm each ("binomial" broadcast/reduce/barrier, "ring"
+  // allgather/reduce-scatter) and accept only that name or empty.
+  std::string algorithm;
+  // Zero means CommOptions::timeout.
+  std::chrono::milliseconds timeout{0};
+  // Folded into the message tags and checked across ranks; lets a caller label independent
+  // streams of collectives.
+  std::uint16_t tag = 0;
+};
+
+class Communicator {
+ public:
+  Communicator(std::shared_ptr<Transport> transport, CommOptions options = {});
+  // Finishes the async collectives still queued, then returns.
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return transport_->rank(); }
+  int size() const { return transport_->size(); }
+  const CommOptions& options() const { return options_; }
+  Transport& transport() { return *transport_; }
+  CommStats& stats() { return stats_; }
+
+  // Blocking point-to-point with the communicator's deadline; `tag` < 2^63, matched FIFO per
+  // (peer, tag); never mixes with collective traffic.
+  void send(const void* data, std::int64_t count, DType dtype, int peer, std::uint64_t tag = 0);
+  void recv(void* data, std::int64_t count, DType dtype, int peer, std::uint64_t tag = 0);
+
+  void barrier(const CollectiveOptions& options = {});
+  // data: (count) at every rank; root's values end up everywhere.
+  void broadcast(void* data, std::int64_t count, DType dtype, int root,
+                 const CollectiveOptions& options = {});
+  // data: (count); in place.
+  void allreduce(void* data, std::int64_t count, DType dtype, ReduceOp op,
+                 const CollectiveOptions& options = {});
+  // input, output: (count); the same pointer or disjoint buffers.
+  void allreduce(const void* input, void* output, std::int64_t count, DType dtype, ReduceOp op,
+                 const CollectiveOptions& options = {});
+  // input: (count) everywhere; output: (count), written at root only (may be null elsewhere).
+  void reduce(const void* input, void* output, std::int64_t count, DType dtype, ReduceOp op,
+              int root, const CollectiveOptions& options = {});
+  // input: (count); output: (P x count), rank r's input at [r x count, (r + 1) x count).
+  void allgather(const void* input, void* output, std::int64_t count, DType dtype,
+                 const CollectiveOptions& options = {});
+  // input: (P x count); output: (count), the reduction of block r of every rank's input.
+  void reduce_scatter(const void* input, void* output, std::int64_t count, DType dtype, ReduceOp op,
+                      const CollectiveOptions& options = {});
+
+  // The same collectives on the communicator's background thread; buffers must stay valid until
+  // the Work is done. Works complete in submission order. Argument errors throw here, at once.
+  Work barrier_async(const CollectiveOptions& options = {});
+  Work broadcast_async(void* data, std::int64_t count, DType dtype, int root,
+                       const CollectiveOptions& options = {});
+  Work allreduce_async(void* data, std::int64_t count, DType dtype, ReduceOp op,
+                       const CollectiveOptions& options = {});
+  Work allreduce_async(const void* input, void* output, std::int64_t count, DType dtype,
+                       ReduceOp op, const CollectiveOptions& options = {});
+  Work reduce_async(const void* input, void* output, std::int64_t count, DType dtype, ReduceOp op,
+                    int root, const CollectiveOptions& options = {});
+  Work allgather_async(const void* input, void* output, std::int64_t count, DType dtype,
+                       const CollectiveOptions& options = {});
+  Work reduce_scatter_async(const void* input, void* output, std::int64_t count, DType dtype,
+                            ReduceOp op, const CollectiveOptions& options = {});
+
+  // The kinds of collective, as the header check names them.
+  enum class Kind : std::uint8_t {
+    kBarrier,
+    kBroadcast,
+    kAllreduce,
+    kReduce,
+    kAllgather,
+    kReduceScatter
+  };
+
+ private:
+  struct Call {
+    Kind kind = Kind::kBarrier;
+    const void* input = nullptr;
+    void* output = nullptr;
+    std::int64_t count = 0;
+    DType dtype = DType::kU8;
+    ReduceOp op = ReduceOp::kSum;
+    int root = 0;
+    std::string algorithm;
+    std::chrono::milliseconds timeout{0};
+    std::uint16_t tag = 0;
+    std::uint64_t seq = 0;
+  };
+
+  // Validates the arguments (ConfigError / ShapeError) and takes the next sequence number.
+  Call make_call(Kind kind, const void* input, void* output, std::int64_t count, DType dtype,
+                 ReduceOp op, int root, const CollectiveOptions& options);
+  void run(const Call& call);
+  void execute(const Call& call, Channel& channel);
+  void check_header(const Call& call, std::chrono::steady_clock::time_point start);
+  std::string describe(const Call& call) const;
+  Work submit(Call call);
+  void point_to_point(bool is_send, void* data, std::int64_t count, DType dtype, int peer,
+                      std::uint64_t tag);
+
+  std::shared_ptr<Transport> transport_;
+  CommOptions options_;
+  CommStats stats_;
+  std::atomic<std::uint64_t> next_seq_{0};
+  TaskQueue queue_;  // last: destroyed first, while everything it uses is alive
+};
+
+}  // namespace dtrain::comm

@@ -1,0 +1,48 @@
+// The abstract point-to-point interface every collective algorithm is written against. Only
+// abstract classes live in this folder; each concrete transport (inproc/, later mpi/, tcp/) has
+// its own sub-folder with the same file set (world.h, transport.h, request.h).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+namespace dtrain::comm {
+
+// One posted send or receive. Completion means: for a send, the buffer may be reused; for a
+// receive, the message is in the buffer. Destroying a request that has not completed cancels it
+// (it leaves the matching queue, or waits for a copy already under way to finish).
+class Request {
+ public:
+  virtual ~Request() = default;
+  // True once complete; throws CommError if the operation failed (peer aborted, size mismatch).
+  virtual bool test() = 0;
+  // Blocks until complete or until `deadline`: throws CommTimeoutError naming this rank, the peer,
+  // the tag and the size when the deadline passes, CommError when the operation failed.
+  virtual void wait(std::chrono::steady_clock::time_point deadline) = 0;
+};
+
+// Tagged, asynchronous point-to-point messages between the `size()` ranks of one world.
+// Ordering: messages from one source to one destination with the same tag are matched in the
+// order they were posted (FIFO per (source, tag)); different tags never match each other.
+// A receive buffer smaller than the matched message fails both sides with both sizes named; a
+// larger one receives the message and leaves the rest untouched. Implementations are thread-safe:
+// several threads of one rank (the caller and the communicator's async thread) may post at once.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "inproc", "mpi", ...: printed in logs, stats and benchmark tables.
+  virtual std::string_view name() const = 0;
+  // `data` must stay valid and unchanged until the request completes or is destroyed.
+  virtual std::unique_ptr<Request> isend(int peer, std::uint64_t tag, const void* data,
+                                         std::size_t bytes) = 0;
+  // `data` must stay valid until the request completes or is destroyed.
+  virtual std::unique_ptr<Request> irecv(int peer, std::uint64_t tag, void* data,
+                                         std::size_t bytes) = 0;
+};
+
+}  // namespace dtrain::comm

@@ -1,0 +1,234 @@
+// Broadcast, reduce, allgather, reduce-scatter, barrier and send/recv over P in {1..9, 16},
+// against closed-form results (smaller sweeps than allreduce: one algorithm each).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm_test_values.h"
+#include "dtrain/base/error.h"
+#include "dtrain/comm/communicator.h"
+#include "dtrain/comm/spawn_ranks.h"
+
+namespace dtrain::comm {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::kAllDTypes;
+using testing::kAllOps;
+
+CommOptions test_options() {
+  CommOptions options;
+  options.timeout = 30s;
+  options.segment_bytes = 512;
+  return options;
+}
+
+std::vector<std::int64_t> counts_for(int ranks) {
+  const std::set<std::int64_t> counts = {0, 1, ranks - 1, 777};
+  return {counts.begin(), counts.end()};
+}
+
+class CollectivesTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectivesTest, BroadcastFromEveryRoot) {
+  const int ranks = GetParam();
+  spawn_ranks(
+      ranks,
+      [&](Communicator& comm) {
+        for (int root = 0; root < ranks; ++root) {
+          for (std::int64_t count : counts_for(ranks)) {
+            for (DType dtype : {DType::kF64, DType::kBF16, DType::kU8}) {
+              auto data = testing::make_buffer(count, dtype);
+              // The root holds 3i + root mod 100; the others hold junk that must be overwritten.
+              for (std::int64_t i = 0; i < count; ++i) {
+                testing::store(
+                    dtype, data.data(), i,
+                    comm.rank() == root ? static_cast<double>((3 * i + root) % 100) : 7.0);
+              }
+              comm.broadcast(data.data(), count, dtype, root);
+              for (std::int64_t i = 0; i < count; ++i) {
+                ASSERT_EQ(testing::load(dtype, data.data(), i),
+                          static_cast<double>((3 * i + root) % 100))
+                    << "P=" << ranks << " root " << root << " rank " << comm.rank() << " i " << i;
+              }
+            }
+          }
+        }
+      },
+      test_options());
+}
+
+TEST_P(CollectivesTest, ReduceToEveryRootEveryOp) {
+  const int ranks = GetParam();
+  spawn_ranks(
+      ranks,
+      [&](Communicator& comm) {
+        for (int root = 0; root < ranks; root += (ranks > 4 ? 3 : 1)) {
+          for (std::int64_t count : counts_for(ranks)) {
+            for (DType dtype : kAllDTypes) {
+              for (ReduceOp op : kAllOps) {
+                auto input = testing::make_buffer(count, dtype);
+                testing::fill_contribution(input, comm.rank(), ranks, count, dtype, op);
+                const auto original = input;
+                auto output = testing::make_buffer(count, dtype);
+                comm.reduce(input.data(), comm.rank() == root ? output.data() : nullptr, count,
+                            dtype, op, root);
+                EXPECT_EQ(input, original);
+                if (comm.rank() == root) {
+                  EXPECT_EQ(testing::first_mismatch(output.data(), ranks, count, dtype, op), -1)
+                      << "P=" << ranks << " root " << root << " " << dtype_name(dtype) << " "
+                      << reduce_op_name(op) << " count " << count;
+                }
+              }
+            }
+          }
+        }
+      },
+      test_options());
+}
+
+TEST_P(CollectivesTest, AllgatherPlacesEveryRanksBlock) {
+  const int ranks = GetParam();
+  spawn_ranks(
+      ranks,
+      [&](Communicator& comm) {
+        for (std::int64_t count : counts_for(ranks)) {
+          for (DType dtype : {DType::kF32, DType::kF16, DType::kI64}) {
+            auto input = testing::make_buffer(count, dtype);
+            for (std::int64_t i = 0; i < count; ++i) {
+              testing::store(dtype, input.data(), i,
+                             static_cast<double>((comm.rank() * 31 + i) % 1000));
+            }
+            auto output = testing::make_buffer(count * ranks, dtype);
+            comm.allgather(input.data(), output.data(), count, dtype);
+            for (int r = 0; r < ranks; ++r) {
+              for (std::int64_t i = 0; i < count; ++i) {
+                ASSERT_EQ(testing::load(dtype, output.data(), r * count + i),
+                          static_cast<double>((r * 31 + i) % 1000))
+                    << "P=" << ranks << " block " << r << " i " << i;
+              }
+            }
+            // In place: the input already sits at block `rank` of the output.
+            auto in_place = testing::make_buffer(count * ranks, dtype);
+            for (std::int64_t i = 0; i < count; ++i) {
+              testing::store(dtype, in_place.data(), comm.rank() * count + i,
+                             static_cast<double>((comm.rank() * 31 + i) % 1000));
+            }
+            comm.allgather(
+                in_place.data() + static_cast<std::size_t>(comm.rank() * count) * dtype_size(dtype),
+                in_place.data(), count, dtype);
+            EXPECT_EQ(in_place, output);
+          }
+        }
+      },
+      test_options());
+}
+
+TEST_P(CollectivesTest, ReduceScatterEveryOp) {
+  const int ranks = GetParam();
+  spawn_ranks(
+      ranks,
+      [&](Communicator& comm) {
+        for (std::int64_t count : counts_for(ranks)) {
+          for (DType dtype : kAllDTypes) {
+            for (ReduceOp op : kAllOps) {
+              // Element j of the full (P x count) input is contribution(rank, j); rank r gets block
+              // r.
+              auto input = testing::make_buffer(count * ranks, dtype);
+              testing::fill_contribution(input, comm.rank(), ranks, count * ranks, dtype, op);
+              auto output = testing::make_buffer(count, dtype);
+              comm.reduce_scatter(input.data(), output.data(), count, dtype, op);
+              for (std::int64_t i = 0; i < count; ++i) {
+                const std::int64_t j = comm.rank() * count + i;
+                ASSERT_EQ(testing::load(dtype, output.data(), i),
+                          testing::expected(ranks, j, dtype, op))
+                    << "P=" << ranks << " " << dtype_name(dtype) << " " << reduce_op_name(op)
+                    << " i " << i;
+              }
+            }
+          }
+        }
+      },
+      test_options());
+}
+
+TEST_P(CollectivesTest, BarrierHoldsEveryoneUntilTheLastArrives) {
+  const int ranks = GetParam();
+  std::atomic<int> arrived{0};
+  spawn_ranks(
+      ranks,
+      [&](Communicator& comm) {
+        for (int round = 1; round <= 3; ++round) {
+          if (comm.rank() == round % ranks) std::this_thread::sleep_for(10ms);
+          arrived.fetch_add(1);
+          comm.barrier();
+          // Nobody leaves round k before all P ranks have arrived at it.
+          EXPECT_GE(arrived.load(), round * ranks);
+          comm.barrier();
+        }
+      },
+      test_options());
+}
+
+TEST_P(CollectivesTest, SendRecvAroundTheRingWithTags) {
+  const int ranks = GetParam();
+  if (ranks == 1) GTEST_SKIP() << "needs a peer";
+  spawn_ranks(
+      ranks,
+      [&](Communicator& comm) {
+        const int next = (comm.rank() + 1) % ranks;
+        const int prev = (comm.rank() + ranks - 1) % ranks;
+        // Two small messages (buffered, so the sends return at once) sent in one tag order and
+        // received in the other, then a large one (the receiver copies from the sender's buffer).
+        const std::int64_t first = 100 + comm.rank();
+        const std::int32_t second = 200 + comm.rank();
+        std::vector<std::int32_t> big(5000, comm.rank());
+        auto send_all = [&] {
+          comm.send(&first, 1, DType::kI64, next, 7);
+          comm.send(&second, 1, DType::kI32, next, 3);
+          comm.send(big.data(), 5000, DType::kI32, next, 7);
+        };
+        if (comm.rank() % 2 == 0) send_all();
+        std::int64_t got_first = 0;
+        std::int32_t got_second = 0;
+        std::vector<std::int32_t> got_big(5000, -1);
+        comm.recv(&got_second, 1, DType::kI32, prev, 3);
+        comm.recv(&got_first, 1, DType::kI64, prev, 7);  // FIFO within tag 7: first, then big
+        comm.recv(got_big.data(), 5000, DType::kI32, prev, 7);
+        if (comm.rank() % 2 == 1) send_all();
+        EXPECT_EQ(got_first, 100 + prev);
+        EXPECT_EQ(got_second, 200 + prev);
+        EXPECT_EQ(got_big, std::vector<std::int32_t>(5000, prev));
+        EXPECT_EQ(comm.stats().get("send").calls, 3);
+        EXPECT_EQ(comm.stats().get("recv").bytes_received, 8 + 4 + 20000);
+      },
+      test_options());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8, 9, 16),
+                         [](const ::testing::TestParamInfo<int>& param_info) {
+                           return fmt::format("P{}", param_info.param);
+                         });
+
+TEST(CollectivesArgumentsTest, BadArgumentsThrowAtTheCall) {
+  spawn_ranks(2, [](Communicator& comm) {
+    float x = 0;
+    EXPECT_THROW(comm.broadcast(&x, 1, DType::kF32, 2), ConfigError);
+    EXPECT_THROW(comm.allreduce(&x, -1, DType::kF32, ReduceOp::kSum), ShapeError);
+    EXPECT_THROW(comm.send(&x, 1, DType::kF32, 5), ConfigError);
+    CollectiveOptions options;
+    options.algorithm = "ring";
+    EXPECT_THROW(comm.broadcast(&x, 1, DType::kF32, 0, options), ConfigError);
+    options.algorithm = "binomial";
+    comm.broadcast(&x, 1, DType::kF32, 0, options);  // its own name is accepted
+  });
+}
+
+}  // namespace
+}  // namespace dtrain::comm

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `dtrain bench train --json` and `dtrain bench gemm --json` print JSON rows with the documented
+# `dtrain bench train|gemm|collectives --json` print JSON rows with the documented
 # fields and plausible values (a smoke test of the command, not a timing: speed is measured by
 # running the benchmark, see docs/PERFORMANCE.md). Usage: bash bench_test.sh /path/to/dtrain
 set -euo pipefail
@@ -24,10 +24,32 @@ assert any(r["m"] == r["n"] == r["k"] == 1024 for r in rows), rows
 assert all(r["gflops"] > 0 for r in rows), rows
 ' || fail "bench gemm --json rows"
 
+"$DTRAIN" bench collectives --json --ranks 2 --sizes 4,1K,64K --iters 2 --warmup 1 | python3 -c '
+import json, sys
+rows = json.load(sys.stdin)
+ops = {"allreduce", "broadcast", "allgather", "reduce_scatter"}
+assert {r["op"] for r in rows} == ops, rows
+assert len(rows) == (5 + 3) * 3, len(rows)
+factor = {"allreduce": 1.0, "broadcast": 1.0, "allgather": 0.5, "reduce_scatter": 0.5}
+for r in rows:
+    for key in ("op", "algorithm", "transport", "ranks", "size", "count", "dtype", "time_us",
+                "algbw", "busbw", "correct"):
+        assert key in r, (key, r)
+    assert r["correct"] is True, r
+    assert r["transport"] == "inproc" and r["ranks"] == 2 and r["dtype"] == "f32", r
+    assert r["size"] in (4, 8, 1024, 65536) and r["size"] == 4 * r["count"], r
+    assert r["time_us"] > 0 and abs(r["busbw"] - factor[r["op"]] * r["algbw"]) <= 1e-9 * r["algbw"] + 1e-12, r
+' || fail "bench collectives --json rows"
+"$DTRAIN" bench collectives --op allreduce --algorithm ring --ranks 2 --sizes 4K --iters 2 \
+  | grep -q 'alpha' || fail "bench collectives table has no alpha-beta fit"
+
 # Bad values are one-line errors with a non-zero exit.
 ERR=$(mktemp)
 trap 'rm -f "$ERR"' EXIT
 if "$DTRAIN" bench train --steps 0 2> "$ERR"; then fail "--steps 0 accepted"; fi
 [[ $(wc -l < "$ERR") -eq 1 ]] && grep -q '^error: .*steps' "$ERR" \
   || fail "no one-line error for --steps 0: $(cat "$ERR")"
-echo "ok: bench train/gemm JSON"
+if "$DTRAIN" bench collectives --algorithm butterfly 2> "$ERR"; then fail "--algorithm butterfly accepted"; fi
+[[ $(wc -l < "$ERR") -eq 1 ]] && grep -q '^error: .*butterfly.*ring' "$ERR" \
+  || fail "no one-line error for --algorithm butterfly: $(cat "$ERR")"
+echo "ok: bench train/gemm/collectives JSON"

@@ -1,6 +1,8 @@
 // dtrain bench: measured figures, printed as a table or as JSON rows.
 //   dtrain bench train   training samples/s per model and thread count (train/train_benchmark.h)
 //   dtrain bench gemm    tensor::gemm GFLOP/s at 1024^3 and at the training step's shapes
+//   dtrain bench collectives  time, algbw and busbw per collective x algorithm x P x size
+//                        (comm/collective_benchmark.h), nccl-tests style, plus alpha-beta fits
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include "dtrain/base/error.h"
 #include "dtrain/base/thread_pool.h"
 #include "dtrain/base/timer.h"
+#include "dtrain/comm/collective_benchmark.h"
 #include "dtrain/tensor/gemm.h"
 #include "dtrain/train/train_benchmark.h"
 
@@ -113,6 +116,87 @@ void run_bench_gemm(const std::vector<int>& thread_counts, int repeats, bool jso
   if (json) fmt::print("{}\n", out.dump(2));
 }
 
+// "4", "4K", "4M", "1G" (binary multiples) -> bytes; ConfigError naming the flag otherwise.
+std::int64_t parse_size(const std::string& text) {
+  std::size_t used = 0;
+  long long value = -1;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::int64_t scale = 1;
+  const std::string suffix = text.substr(used);
+  if (suffix == "K" || suffix == "k")
+    scale = std::int64_t{1} << 10;
+  else if (suffix == "M" || suffix == "m")
+    scale = std::int64_t{1} << 20;
+  else if (suffix == "G" || suffix == "g")
+    scale = std::int64_t{1} << 30;
+  else if (!suffix.empty())
+    used = 0;
+  if (used == 0 || value < 1) {
+    throw ConfigError(fmt::format(
+        "--sizes: '{}' is not a positive byte count; use e.g. 4,4K,4M,64M (K/M/G = 2^10/2^20/2^30)",
+        text));
+  }
+  return static_cast<std::int64_t>(value) * scale;
+}
+
+// nccl-tests-style table (or JSON rows), then the alpha-beta fit per (op, algorithm, P).
+void run_bench_collectives(const comm::CollectiveBenchmarkOptions& options, bool json) {
+  comm::validate_collective_benchmark_options(options);
+  if (!json) {
+    fmt::print(
+        "# dtrain bench collectives: time per call = max over ranks; busbw factors: "
+        "allreduce 2(P-1)/P, allgather/reduce_scatter (P-1)/P, broadcast 1\n");
+    fmt::print("{:<15} {:<17} {:<9} {:>5} {:>12} {:>11} {:>5} {:>7} {:>11} {:>8} {:>8} {:>7}\n",
+               "op", "algorithm", "transport", "ranks", "size(B)", "count", "type", "iters",
+               "time(us)", "algbw", "busbw", "correct");
+  }
+  const auto rows =
+      comm::run_collective_benchmark(options, [&](const comm::CollectiveBenchmarkRow& row) {
+        if (json) return;
+        fmt::print(
+            "{:<15} {:<17} {:<9} {:>5} {:>12} {:>11} {:>5} {:>7} {:>11.2f} {:>8.3f} {:>8.3f} "
+            "{:>7}\n",
+            row.op, row.algorithm, row.transport, row.ranks, row.size, row.count, row.dtype,
+            row.iterations, row.time_us, row.algbw, row.busbw, row.correct ? "yes" : "NO");
+        std::fflush(stdout);
+      });
+  const auto fits = comm::fit_alpha_beta(rows);
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& row : rows) {
+      out.push_back({{"bench", "collectives"},
+                     {"op", row.op},
+                     {"algorithm", row.algorithm},
+                     {"transport", row.transport},
+                     {"ranks", row.ranks},
+                     {"size", row.size},
+                     {"count", row.count},
+                     {"dtype", row.dtype},
+                     {"iterations", row.iterations},
+                     {"time_us", row.time_us},
+                     {"algbw", row.algbw},
+                     {"busbw", row.busbw},
+                     {"correct", row.correct}});
+    }
+    fmt::print("{}\n", out.dump(2));
+    return;
+  }
+  fmt::print(
+      "\n# alpha-beta fit, least squares of time(us) = alpha + beta x size(B) over the sizes\n");
+  fmt::print("{:<15} {:<17} {:<9} {:>5} {:>6} {:>12} {:>14} {:>12}\n", "op", "algorithm",
+             "transport", "ranks", "points", "alpha(us)", "beta(us/B)", "1/beta(GB/s)");
+  for (const auto& fit : fits) {
+    const double inverse = fit.beta_us_per_byte > 0 ? 1e-3 / fit.beta_us_per_byte : 0.0;
+    fmt::print("{:<15} {:<17} {:<9} {:>5} {:>6} {:>12.3f} {:>14.4e} {:>12.3f}\n", fit.op,
+               fit.algorithm, fit.transport, fit.ranks, fit.points, fit.alpha_us,
+               fit.beta_us_per_byte, inverse);
+  }
+}
+
 }  // namespace
 
 Command add_bench_command(CLI::App& app) {
@@ -120,6 +204,8 @@ Command add_bench_command(CLI::App& app) {
     train::TrainBenchmarkOptions train;
     std::vector<int> gemm_threads{1, 2};
     int gemm_repeats = 5;
+    comm::CollectiveBenchmarkOptions collectives;
+    std::vector<std::string> collective_sizes;
     bool json = false;
   };
   auto flags = std::make_shared<Flags>();
@@ -161,13 +247,57 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   gemm_cmd->add_flag("--json", flags->json, "print a JSON list of rows instead of a table");
 
-  return Command{bench, [flags, train_cmd, gemm_cmd] {
+  CLI::App* coll_cmd = bench->add_subcommand(
+      "collectives",
+      "Time per call, algbw and busbw (GB/s, nccl-tests' factors) of each collective x "
+      "algorithm x ranks x size on one transport, with a correctness check per size and an "
+      "alpha-beta fit per algorithm. Header check off; time = max over ranks.\n"
+      "Example: dtrain bench collectives --op allreduce --algorithm ring --ranks 2 "
+      "--sizes 4,4M,64M");
+  coll_cmd
+      ->add_option("--op", flags->collectives.ops,
+                   "collectives: allreduce, broadcast, allgather, reduce_scatter")
+      ->delimiter(',')
+      ->capture_default_str();
+  coll_cmd
+      ->add_option("--algorithm", flags->collectives.algorithms,
+                   "allreduce algorithms (default: all of ring, parameter-server, sharded-ps, "
+                   "tree, halving-doubling)")
+      ->delimiter(',');
+  coll_cmd->add_option("--transport", flags->collectives.transport, "transport (inproc)")
+      ->capture_default_str();
+  coll_cmd->add_option("--ranks", flags->collectives.ranks, "rank counts P")
+      ->delimiter(',')
+      ->capture_default_str();
+  coll_cmd
+      ->add_option("--sizes", flags->collective_sizes,
+                   "bytes per rank, suffixes K/M/G (default 4 B .. 256M by powers of 4)")
+      ->delimiter(',');
+  coll_cmd->add_option("--iters", flags->collectives.iterations,
+                       "timed calls per size (default: about 0.2 s, 5 .. 10000)");
+  coll_cmd->add_option("--warmup", flags->collectives.warmup, "untimed calls per size")
+      ->capture_default_str();
+  coll_cmd->add_flag("--json", flags->json, "print a JSON list of rows instead of a table");
+
+  return Command{bench, [flags, train_cmd, gemm_cmd, coll_cmd] {
                    for (int t : flags->train.threads) {
                      if (t < 1) throw ConfigError(fmt::format("--threads: {} is not >= 1", t));
                    }
                    if (train_cmd->parsed()) run_bench_train(flags->train, flags->json);
                    if (gemm_cmd->parsed())
                      run_bench_gemm(flags->gemm_threads, flags->gemm_repeats, flags->json);
+                   if (coll_cmd->parsed()) {
+                     if (!flags->collective_sizes.empty()) {
+                       flags->collectives.sizes.clear();
+                       for (const auto& text : flags->collective_sizes)
+                         flags->collectives.sizes.push_back(parse_size(text));
+                     }
+                     if (coll_cmd->count("--iters") > 0 && flags->collectives.iterations < 1) {
+                       throw ConfigError(
+                           fmt::format("--iters: {} is not >= 1", flags->collectives.iterations));
+                     }
+                     run_bench_collectives(flags->collectives, flags->json);
+                   }
                    return 0;
                  }};
 }

@@ -21,7 +21,8 @@ struct Command {
 // dtrain train: trains a model from a config file, or resumes a run folder.
 Command add_train_command(CLI::App& app);
 
-// dtrain bench train|gemm: measured samples/s and GFLOP/s, as a table or JSON.
+// dtrain bench train|gemm|collectives: measured samples/s, GFLOP/s and bus bandwidth, as a table
+// or JSON.
 Command add_bench_command(CLI::App& app);
 
 // dtrain config: prints a configuration (the defaults, or a file with overrides) as commented TOML.

@@ -94,20 +94,7 @@ TEST(Resnet, BackwardDescends) {
   model->init(1);
   const tensor::Tensor x = random_tensor({4, 1, 28, 28}, 2);
   const tensor::Tensor r = random_tensor({4, 10}, 3);
-  const double before = testing::weighted_sum(model->forward(x, ForwardContext{}), r);
-  model->store().zero_grads();
-  model->backward(r);
-  double norm_sq = 0.0;
-  for (std::int64_t i = 0; i < model->store().num_params(); ++i) {
-    norm_sq += static_cast<double>(model->store().grads()[i]) * model->store().grads()[i];
-  }
-  ASSERT_GT(norm_sq, 0.0);
-  const double lr = 1e-4 / std::sqrt(norm_sq);
-  for (std::int64_t i = 0; i < model->store().num_params(); ++i) {
-    model->store().params()[i] -= static_cast<float>(lr * model->store().grads()[i]);
-  }
-  const double after = testing::weighted_sum(model->forward(x, ForwardContext{}), r);
-  EXPECT_NEAR(before - after, 1e-4 * std::sqrt(norm_sq), 0.3e-4 * std::sqrt(norm_sq));
+  testing::expect_first_order_descent(*model, x, r);
 }
 
 TEST(Resnet, RejectsBadSpecs) {

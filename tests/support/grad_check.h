@@ -1,8 +1,8 @@
 // Finite-difference gradient checks for nn layers and losses (tests only).
 //
 // A layer y = f(x; theta) is checked through the scalar L = sum(r * y) with a fixed random r, so
-// dL/dy = r. backward(r) must give dL/dx and dL/dtheta; each is compared with the central difference
-// (L(v + h) - L(v - h)) / 2h, evaluated in f32 forward passes but summed in double.
+// dL/dy = r. backward(r) must give dL/dx and dL/dtheta; each is compared with the central
+// difference (L(v + h) - L(v - h)) / 2h, evaluated in f32 forward passes but summed in double.
 //
 // Tolerance: |analytic - numeric| <= atol + rtol * max(|analytic|, |numeric|). With h = 1e-2 and
 // f32 arithmetic the truncation error of smooth functions is O(h^2) and round-off is about
@@ -22,6 +22,7 @@
 
 #include "dtrain/base/rng.h"
 #include "dtrain/nn/layer.h"
+#include "dtrain/nn/model.h"
 #include "dtrain/nn/param_store.h"
 #include "dtrain/tensor/tensor.h"
 
@@ -97,12 +98,34 @@ inline void check_layer_gradients(nn::Layer& layer, nn::ParamStore& store, tenso
       values[i] = static_cast<float>(saved - options.step);
       const double minus = loss();
       values[i] = saved;
-      expect_close(layer.name() + " " + what, i, analytic[i],
-                   (plus - minus) / (2.0 * options.step), options);
+      expect_close(layer.name() + " " + what, i, analytic[i], (plus - minus) / (2.0 * options.step),
+                   options);
     }
   };
   check_values("dx", x.data(), x.numel(), dx.data());
   check_values("dtheta", store.params(), store.num_params(), dtheta.data());
+}
+
+// Whole-model check that backward is the gradient of forward: one step of length 1e-4 against the
+// gradient of L = sum(r * model(x)) lowers L by the first-order amount lr * |g|^2 = 1e-4 * |g|,
+// within 30% for curvature and f32 rounding.
+inline void expect_first_order_descent(nn::Model& model, const tensor::Tensor& x,
+                                       const tensor::Tensor& r) {
+  const double before = weighted_sum(model.forward(x, nn::ForwardContext{}), r);
+  nn::ParamStore& store = model.store();
+  store.zero_grads();
+  model.backward(r);
+  double norm_sq = 0.0;
+  for (std::int64_t i = 0; i < store.num_params(); ++i) {
+    norm_sq += static_cast<double>(store.grads()[i]) * store.grads()[i];
+  }
+  ASSERT_GT(norm_sq, 0.0);
+  const double lr = 1e-4 / std::sqrt(norm_sq);
+  for (std::int64_t i = 0; i < store.num_params(); ++i) {
+    store.params()[i] -= static_cast<float>(lr * store.grads()[i]);
+  }
+  const double after = weighted_sum(model.forward(x, nn::ForwardContext{}), r);
+  EXPECT_NEAR(before - after, 1e-4 * std::sqrt(norm_sq), 0.3e-4 * std::sqrt(norm_sq));
 }
 
 // Builds a store for a single layer: declare, finalize, bind, init with `seed`.

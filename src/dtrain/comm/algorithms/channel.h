@@ -30,6 +30,8 @@ class Channel {
   Channel(Transport& transport, std::uint64_t tag, Deadline deadline, std::size_t segment_bytes);
 
   int rank() const { return transport_.rank(); }
+  // For algorithms that hand the whole call to the transport ("native").
+  Transport& transport() { return transport_; }
   int size() const { return transport_.size(); }
   Deadline deadline() const { return deadline_; }
   // Largest message a pipelining algorithm posts; algorithms round it down to whole elements

@@ -9,6 +9,9 @@
 #include <memory>
 #include <string_view>
 
+#include "dtrain/base/dtype.h"
+#include "dtrain/comm/reduce_op.h"
+
 namespace dtrain::comm {
 
 // One posted send or receive. Completion means: for a send, the buffer may be reused; for a
@@ -43,6 +46,15 @@ class Transport {
   // `data` must stay valid until the request completes or is destroyed.
   virtual std::unique_ptr<Request> irecv(int peer, std::uint64_t tag, void* data,
                                          std::size_t bytes) = 0;
+
+  // The transport's own allreduce in place over all its ranks (MPI_Allreduce for mpi), used by
+  // the "native" algorithm. Returns false when the transport has none (inproc); the caller then
+  // reports that. kAvg arrives as kSum, as for every algorithm (the Communicator divides).
+  virtual bool native_allreduce(void* /*data*/, std::int64_t /*count*/, DType /*dtype*/,
+                                ReduceOp /*op*/,
+                                std::chrono::steady_clock::time_point /*deadline*/) {
+    return false;
+  }
 };
 
 }  // namespace dtrain::comm

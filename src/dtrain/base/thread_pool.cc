@@ -136,7 +136,11 @@ ThreadPool& pool_locked() {
 }
 }  // namespace
 
+// Set by ScopedComputePool: this thread's own pool, which compute_pool() prefers.
+static thread_local ThreadPool* t_scoped_pool = nullptr;
+
 ThreadPool& compute_pool() {
+  if (t_scoped_pool != nullptr) return *t_scoped_pool;
   std::lock_guard<std::mutex> lock(g_pool_mutex);
   return pool_locked();
 }
@@ -148,8 +152,15 @@ void set_compute_threads(int threads) {
 }
 
 int compute_threads() {
+  if (t_scoped_pool != nullptr) return t_scoped_pool->threads();
   std::lock_guard<std::mutex> lock(g_pool_mutex);
   return pool_locked().threads();
 }
+
+ScopedComputePool::ScopedComputePool(int threads) : pool_(threads), previous_(t_scoped_pool) {
+  t_scoped_pool = &pool_;
+}
+
+ScopedComputePool::~ScopedComputePool() { t_scoped_pool = previous_; }
 
 }  // namespace dtrain

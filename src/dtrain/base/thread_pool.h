@@ -61,10 +61,26 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-// The process-wide pool used by tensor kernels; its size is set by set_compute_threads (default 1,
-// or DTRAIN_THREADS).
+// The pool used by tensor kernels: the calling thread's own pool while a ScopedComputePool is
+// alive on it, else the process-wide pool sized by set_compute_threads (default 1, or
+// DTRAIN_THREADS).
 ThreadPool& compute_pool();
 void set_compute_threads(int threads);
 int compute_threads();
+
+// Gives the calling thread its own compute pool of `threads` threads for the scope's lifetime.
+// Ranks that are threads of one process each hold one, so that one rank's GEMM never runs inline
+// because another rank holds the shared pool (which would make ranks unequally fast).
+class ScopedComputePool {
+ public:
+  explicit ScopedComputePool(int threads);
+  ~ScopedComputePool();
+  ScopedComputePool(const ScopedComputePool&) = delete;
+  ScopedComputePool& operator=(const ScopedComputePool&) = delete;
+
+ private:
+  ThreadPool pool_;
+  ThreadPool* previous_;
+};
 
 }  // namespace dtrain

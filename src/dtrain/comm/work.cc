@@ -27,9 +27,16 @@ std::exception_ptr Work::error() const {
   return state_->error;
 }
 
+std::chrono::steady_clock::time_point Work::finished_at() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->finished_at;
+}
+
 void Work::finish(std::exception_ptr error) const {
+  const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(state_->mu);
+    state_->finished_at = now;
     state_->error = std::move(error);
     state_->done = true;
   }

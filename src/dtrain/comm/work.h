@@ -22,6 +22,10 @@ class Work {
   void wait(std::chrono::milliseconds timeout) const;
   // The error it ended with; null while running or after success.
   std::exception_ptr error() const;
+  // When finish() was called (the epoch of steady_clock while running). Async collectives run one
+  // at a time in submission order, so a Work started when its predecessor finished or when it was
+  // submitted, whichever is later: what a trace needs.
+  std::chrono::steady_clock::time_point finished_at() const;
 
   // Producer side: ends the operation, with `error` null on success. Called once.
   void finish(std::exception_ptr error) const;
@@ -32,6 +36,7 @@ class Work {
     std::condition_variable cv;
     bool done = false;
     std::exception_ptr error;
+    std::chrono::steady_clock::time_point finished_at{};
     std::string what;
   };
   std::shared_ptr<State> state_;

@@ -112,7 +112,7 @@ const tensor::Tensor& BatchNorm::forward(const tensor::Tensor& x, const ForwardC
 
   if (mode_ == Mode::kTrain) {
     channel_sums(x, stats_);
-    reduce_statistics(stats_);
+    if (reducer_ != nullptr) reducer_->reduce_statistics(stats_);
     count_ = stats_.count;
     if (count_ <= 1) {
       throw ShapeError(fmt::format(
@@ -195,7 +195,7 @@ const tensor::Tensor& BatchNorm::backward(const tensor::Tensor& dy, bool need_in
   if (!need_input_grad) return none_;
 
   const bool train = mode_ == Mode::kTrain;
-  if (train) reduce_gradient_sums(sum_dy_, sum_dy_xhat_);
+  if (train && reducer_ != nullptr) reducer_->reduce_gradient_sums(sum_dy_, sum_dy_xhat_);
   dx_.ensure_shape(dy.shape());
   float* dx = dx_.data();
   const float* gamma = gamma_.data();

@@ -18,9 +18,11 @@
 // them with one allreduce. forward computes the local per-channel sums of x and x^2 and the count
 // (channel_sums(), in double), then calls reduce_statistics(); backward computes the local sums of
 // dy and dy*xhat, adds them to dbeta/dgamma (the parameter gradients stay local, averaged later
-// with all other gradients), then calls reduce_gradient_sums() before forming dx. Both hooks do
-// nothing here; a SyncBatchNorm subclass (in parallel/, which may talk to comm/) overrides them to
-// allreduce, and every formula above then uses the global N and sums.
+// with all other gradients), then calls reduce_gradient_sums() before forming dx. Both do nothing
+// until set_reducer() installs a BatchNormReducer; parallel/'s synchronized batch norm installs one
+// that allreduces (nn/ never talks to comm/), and every formula above then uses the global N and
+// sums. An injected reducer rather than a subclass: the model zoo builds plain BatchNorm layers and
+// data parallelism switches them to synchronized ones after the fact.
 // var comes from sum(x^2)/N - mean^2 in double: exact enough for f32 activations (the cancellation
 // costs log10(mean^2/var) of double's 16 digits) and what lets the statistics be summed.
 // Cost: about 3 passes over x forward and 3 backward; channels are split over the compute pool.
@@ -39,6 +41,15 @@ struct ChannelStats {
   std::vector<double> sum;
   std::vector<double> sum_sq;
   std::int64_t count = 0;
+};
+
+// Sums per-channel quantities over the ranks of a synchronized batch norm (in place).
+class BatchNormReducer {
+ public:
+  virtual ~BatchNormReducer() = default;
+  virtual void reduce_statistics(ChannelStats& stats) = 0;
+  virtual void reduce_gradient_sums(std::vector<double>& sum_dy,
+                                    std::vector<double>& sum_dy_xhat) = 0;
 };
 
 class BatchNorm : public Layer {
@@ -67,13 +78,12 @@ class BatchNorm : public Layer {
   const tensor::Tensor& running_mean() const { return running_mean_; }
   const tensor::Tensor& running_var() const { return running_var_; }
 
- protected:
-  // See the header comment: identity here, an allreduce in a synchronized batch norm.
-  virtual void reduce_statistics(ChannelStats& /*stats*/) {}
-  virtual void reduce_gradient_sums(std::vector<double>& /*sum_dy*/,
-                                    std::vector<double>& /*sum_dy_xhat*/) {}
+  // Makes this a synchronized batch norm (see the header comment); null switches back. The reducer
+  // must outlive its use.
+  void set_reducer(BatchNormReducer* reducer) { reducer_ = reducer; }
 
  private:
+  BatchNormReducer* reducer_ = nullptr;
   std::int64_t features_;
   float momentum_;
   float eps_;

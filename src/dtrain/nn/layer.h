@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dtrain/base/rng.h"
 #include "dtrain/nn/param_store.h"
@@ -52,6 +53,10 @@ class Layer {
 
   virtual const tensor::Tensor& forward(const tensor::Tensor& x, const ForwardContext& ctx) = 0;
   virtual const tensor::Tensor& backward(const tensor::Tensor& dy, bool need_input_grad) = 0;
+
+  // The layers a composite layer (a residual block) is made of, for passes that must reach every
+  // layer, such as switching batch norms to synchronized ones; empty for a plain layer.
+  virtual std::vector<Layer*> sublayers() { return {}; }
 
  private:
   std::string name_;

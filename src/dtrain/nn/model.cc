@@ -24,6 +24,7 @@ void Model::build() {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const std::size_t before = store_.param_entries().size();
     layers_[i]->declare(store_);
+    param_layer_.resize(store_.param_entries().size(), i);
     if (store_.param_entries().size() > before && first_trainable_ == layers_.size()) {
       first_trainable_ = i;
     }
@@ -48,12 +49,14 @@ const tensor::Tensor& Model::forward(const tensor::Tensor& x, const ForwardConte
   return *h;
 }
 
-void Model::backward(const tensor::Tensor& dy) {
+void Model::backward(const tensor::Tensor& dy,
+                     const std::function<void(std::size_t layer)>& after_layer) {
   // Layers up to the first one with parameters need no input gradient: nothing below them learns.
   // For an MLP that skips fc1's dx = dy W product, a third of fc1's backward FLOPs.
   const tensor::Tensor* g = &dy;
   for (std::size_t i = layers_.size(); i-- > first_trainable_;) {
     g = &layers_[i]->backward(*g, /*need_input_grad=*/i > first_trainable_);
+    if (after_layer) after_layer(i);
   }
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,13 +30,20 @@ class Model {
   // x: (B, sample_shape...) -> output (B, outputs).
   const tensor::Tensor& forward(const tensor::Tensor& x, const ForwardContext& ctx);
   // dy: gradient of the loss w.r.t. the last forward's output; adds into store().grads().
-  void backward(const tensor::Tensor& dy);
+  // after_layer(i), when given, runs as soon as layer i's backward is done (layers go from last to
+  // first; layers below the first trainable one are skipped): from then on the gradients of layer
+  // i's parameters are final, which lets data parallelism start their allreduce while backward
+  // goes on.
+  void backward(const tensor::Tensor& dy,
+                const std::function<void(std::size_t layer)>& after_layer = {});
 
   ParamStore& store() { return store_; }
   const ParamStore& store() const { return store_; }
   const tensor::Shape& sample_shape() const { return sample_shape_; }
   tensor::Shape output_shape(std::int64_t batch) const;
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  // param_layer()[k]: the index of the layer that declared store().param_entries()[k].
+  const std::vector<std::size_t>& param_layer() const { return param_layer_; }
   // One line per layer: name, description, output shape, parameter count.
   std::string summary() const;
 
@@ -43,6 +51,7 @@ class Model {
   tensor::Shape sample_shape_;
   std::vector<std::unique_ptr<Layer>> layers_;
   ParamStore store_;
+  std::vector<std::size_t> param_layer_;
   std::size_t first_trainable_ = 0;  // index of the first layer with parameters
   bool built_ = false;
 };

@@ -150,4 +150,13 @@ const tensor::Tensor& ResidualBlock::backward(const tensor::Tensor& dy, bool nee
   return dx_;
 }
 
+std::vector<Layer*> ResidualBlock::sublayers() {
+  std::vector<Layer*> out{conv1_.get(), bn1_.get(), conv2_.get(), bn2_.get()};
+  if (shortcut_conv_) {
+    out.push_back(shortcut_conv_.get());
+    out.push_back(shortcut_bn_.get());
+  }
+  return out;
+}
+
 }  // namespace dtrain::nn

@@ -43,6 +43,8 @@ class ResidualBlock : public Layer {
   const tensor::Tensor& backward(const tensor::Tensor& dy, bool need_input_grad) override;
 
   bool has_projection() const { return shortcut_conv_ != nullptr; }
+  // conv1, bn1, conv2, bn2, then the shortcut's conv and bn when it has a projection.
+  std::vector<Layer*> sublayers() override;
 
  private:
   std::int64_t in_channels_;

@@ -12,12 +12,13 @@
 #include <variant>
 
 #include "dtrain/base/error.h"
+#include "dtrain/comm/algorithms/algorithms.h"
 
 namespace dtrain::train {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-const char* const kSections[] = {"model", "data", "train", "optim", "schedule"};
+const char* const kSections[] = {"model", "data", "train", "optim", "schedule", "parallel"};
 
 using Target = std::variant<std::string*, std::int64_t*, double*, bool*, std::vector<std::int64_t>*,
                             std::vector<double>*>;
@@ -52,6 +53,11 @@ std::vector<Field> fields(Config& c) {
   auto& t = c.train;
   auto& o = c.optim;
   auto& s = c.schedule;
+  auto& p = c.parallel;
+  std::vector<std::string> algorithms;
+  for (const auto& algorithm : comm::allreduce_algorithms()) {
+    algorithms.emplace_back(algorithm.name);
+  }
   return {
       {"model",
        "name",
@@ -140,6 +146,8 @@ std::vector<Field> fields(Config& c) {
                    "epochs between checkpoints (0 = only at the end)", 0),
       int_at_least("train", "keep_checkpoints", &t.keep_checkpoints,
                    "newest checkpoints kept (0 = all)", 0),
+      {"train", "accumulate_steps", &t.accumulate_steps,
+       "micro-batches per step whose gradients add up (same trajectory, less memory)", 1, 4096},
 
       {"optim",
        "name",
@@ -198,6 +206,23 @@ std::vector<Field> fields(Config& c) {
                    "warmup length in epochs (instead of warmup_steps)", 0),
       {"schedule", "warmup_factor", &s.warmup_factor, "constant warmup: lr = factor * peak", 0, 1,
        true, false},
+
+      {"parallel", "workers", &p.workers,
+       "data-parallel ranks as threads of each process (x processes under mpirun)", 1, 1024},
+      {"parallel", "allreduce", &p.allreduce, "gradient allreduce algorithm", -kInf, kInf, false,
+       false, algorithms},
+      int_at_least("parallel", "fusion_bytes", &p.fusion_bytes,
+                   "gradient bucket size in bytes (tensor fusion); 0 = one allreduce per tensor",
+                   0),
+      {"parallel", "overlap", &p.overlap, "start bucket allreduces while backward runs"},
+      {"parallel", "sync_batch_norm", &p.sync_batch_norm,
+       "batch-norm statistics over all ranks (default: each rank's own)"},
+      {"parallel", "stall_warning_seconds", &p.stall_warning_seconds,
+       "warn when a gradient bucket has waited this long for other ranks", 0, kInf, true},
+      {"parallel", "comm_timeout_seconds", &p.comm_timeout_seconds,
+       "deadline of every communication wait (0 = DTRAIN_COMM_TIMEOUT_MS, else 60)", 0},
+      int_at_least("parallel", "trace_steps", &p.trace_steps,
+                   "steps recorded in trace.json (0 = no trace)", 0),
   };
 }
 

@@ -60,6 +60,9 @@ struct TrainSection {
   std::vector<double> accuracy_targets{0.85, 0.88};
   std::int64_t checkpoint_every = 1;  // epochs; 0 = only at the end
   std::int64_t keep_checkpoints = 2;  // newest N kept; 0 = keep all
+  // Micro-batches per optimizer step: each rank's share of a batch is split into this many
+  // forward/backward passes whose gradients add up (less memory, the same trajectory).
+  std::int64_t accumulate_steps = 1;
   bool operator==(const TrainSection&) const = default;
 };
 
@@ -92,12 +95,27 @@ struct ScheduleSection {
   bool operator==(const ScheduleSection&) const = default;
 };
 
+// [parallel]: synchronous data parallelism (docs/PARALLEL.md). train.batch_size is the global
+// batch: each step's batch is split over all ranks (threads x processes).
+struct ParallelSection {
+  std::int64_t workers = 1;             // ranks as threads of each process
+  std::string allreduce = "ring";       // a comm allreduce algorithm
+  std::int64_t fusion_bytes = 1 << 20;  // gradient bucket size; 0 = one per tensor
+  bool overlap = true;                  // allreduce buckets while backward runs
+  bool sync_batch_norm = false;         // batch-norm statistics over all ranks
+  double stall_warning_seconds = 10.0;  // warn when a bucket waits this long
+  double comm_timeout_seconds = 0.0;    // deadline of every wait; 0 = DTRAIN_COMM_TIMEOUT_MS or 60
+  std::int64_t trace_steps = 50;        // steps recorded in trace.json; 0 = no trace
+  bool operator==(const ParallelSection&) const = default;
+};
+
 struct Config {
   ModelSection model;
   DataSection data;
   TrainSection train;
   OptimSection optim;
   ScheduleSection schedule;
+  ParallelSection parallel;
   bool operator==(const Config&) const = default;
 };
 

@@ -81,23 +81,25 @@ nlohmann::json AccuracyTargets::to_json() const {
 }
 
 nlohmann::json to_json(const RunSummary& s) {
-  return {{"model", s.model},
-          {"dataset", s.dataset},
-          {"parameters", s.parameters},
-          {"epochs", s.epochs},
-          {"steps", s.steps},
-          {"samples", s.samples},
-          {"final_train_loss", s.final_train_loss},
-          {"final_test_loss", s.final_test_loss},
-          {"final_test_accuracy", s.final_test_accuracy},
-          {"best_test_accuracy", s.best_test_accuracy},
-          {"wall_seconds", s.wall_seconds},
-          {"train_seconds", s.train_seconds},
-          {"train_samples_per_second", s.train_samples_per_second},
-          {"time_to_accuracy", s.time_to_accuracy},
-          {"seed", s.seed},
-          {"threads", s.threads},
-          {"resumed_from_epoch", s.resumed_from_epoch}};
+  nlohmann::json out = {{"model", s.model},
+                        {"dataset", s.dataset},
+                        {"parameters", s.parameters},
+                        {"epochs", s.epochs},
+                        {"steps", s.steps},
+                        {"samples", s.samples},
+                        {"final_train_loss", s.final_train_loss},
+                        {"final_test_loss", s.final_test_loss},
+                        {"final_test_accuracy", s.final_test_accuracy},
+                        {"best_test_accuracy", s.best_test_accuracy},
+                        {"wall_seconds", s.wall_seconds},
+                        {"train_seconds", s.train_seconds},
+                        {"train_samples_per_second", s.train_samples_per_second},
+                        {"time_to_accuracy", s.time_to_accuracy},
+                        {"seed", s.seed},
+                        {"threads", s.threads},
+                        {"resumed_from_epoch", s.resumed_from_epoch}};
+  if (!s.parallel.is_null()) out["parallel"] = s.parallel;
+  return out;
 }
 
 void write_summary(const std::string& path, const RunSummary& summary) {

@@ -111,6 +111,8 @@ struct RunSummary {
   std::int64_t seed = 0;
   std::int64_t threads = 1;
   std::int64_t resumed_from_epoch = 0;  // 0 for a run that started from scratch
+  // Data-parallel runs: {"workers", "allreduce", ..., "ranks": [per-rank figures]}; null otherwise.
+  nlohmann::json parallel = nullptr;
 };
 
 nlohmann::json to_json(const RunSummary& summary);

@@ -13,6 +13,7 @@
 #include "dtrain/base/timer.h"
 #include "dtrain/data/shuffled_sampler.h"
 #include "dtrain/nn/loss.h"
+#include "dtrain/parallel/rank_agreement.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/checkpoint_dir.h"
 #include "dtrain/train/progress.h"
@@ -99,22 +100,57 @@ optim::ScheduleConfig schedule_config(const Config& config, std::int64_t steps_p
 Trainer::Trainer(Config config, TrainerOptions options)
     : config_(std::move(config)), options_(std::move(options)) {
   validate(config_);
-  set_compute_threads(static_cast<int>(config_.train.threads));
-  data_ = load_run_data(config_.data);
-  if (data_.train.size() == 0) {
+  // Ranks that are threads get their own compute pools from the launcher (ScopedComputePool).
+  if (options_.comm == nullptr) set_compute_threads(static_cast<int>(config_.train.threads));
+  data_ = options_.data != nullptr ? options_.data
+                                   : std::make_shared<const RunData>(load_run_data(config_.data));
+  if (data_->train.size() == 0) {
     throw DataError(fmt::format("the training set of {} in {} is empty", config_.data.dataset,
                                 config_.data.path));
   }
   model_ = nn::build_model(
-      model_spec(config_.model, data_.train.sample_shape(), data_.train.num_classes));
+      model_spec(config_.model, data_->train.sample_shape(), data_->train.num_classes));
   model_->init(static_cast<std::uint64_t>(config_.train.seed));
   std::vector<optim::Segment> segments;
   for (const auto& entry : model_->store().param_entries()) {
     segments.push_back({entry.name, entry.offset, entry.numel, entry.weight_decay});
   }
   optimizer_ = optim::make_optimizer(optimizer_config(config_.optim), std::move(segments));
+  if (options_.comm != nullptr) {
+    comm::Communicator& comm = *options_.comm;
+    rank_ = comm.rank();
+    world_ = comm.size();
+    parallel::check_same_on_all_ranks(comm, to_toml(config_), "the configuration");
+    parallel::check_same_on_all_ranks(comm, parallel::parameter_layout(model_->store()),
+                                      "the model's parameter layout");
+    parallel::broadcast_parameters(comm, model_->store());
+    parallel::DataParallelOptions dp;
+    dp.algorithm = config_.parallel.allreduce;
+    dp.fusion_bytes = config_.parallel.fusion_bytes;
+    dp.overlap = config_.parallel.overlap;
+    dp.stall_warning = std::chrono::milliseconds(
+        static_cast<std::int64_t>(config_.parallel.stall_warning_seconds * 1000.0));
+    sync_ = std::make_unique<parallel::GradientSynchronizer>(comm, *model_, dp);
+    if (config_.parallel.sync_batch_norm) bn_reducer_ = parallel::sync_batch_norm(*model_, comm);
+  }
+  // Steps per epoch: full batches, plus the last partial one when every rank gets at least one
+  // sample of each micro-batch (data parallelism skips a smaller remainder on all ranks alike).
   const std::int64_t batch = config_.train.batch_size;
-  steps_per_epoch_ = (data_.train.size() + batch - 1) / batch;
+  const std::int64_t n = data_->train.size();
+  const std::int64_t smallest = world_ * config_.train.accumulate_steps;
+  if (batch < smallest) {
+    throw ConfigError(fmt::format(
+        "train.batch_size = {} is smaller than ranks x train.accumulate_steps = {} x {}: every "
+        "rank needs at least one sample per micro-batch; raise train.batch_size",
+        batch, world_, config_.train.accumulate_steps));
+  }
+  steps_per_epoch_ = n / batch + (n % batch >= smallest ? 1 : 0);
+  if (steps_per_epoch_ == 0) {
+    throw DataError(fmt::format(
+        "the training set has {} samples, fewer than ranks x train.accumulate_steps = {}: nothing "
+        "to train on",
+        n, smallest));
+  }
   schedule_ = std::make_unique<optim::LrSchedule>(schedule_config(config_, steps_per_epoch_));
 }
 
@@ -136,33 +172,98 @@ float Trainer::compute_loss(const tensor::Tensor& logits, std::span<const std::i
 }
 
 float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t> labels,
-                          std::int64_t step, std::int64_t* correct) {
+                          std::int64_t step, std::int64_t* correct, std::int64_t global_count) {
+  using Clock = TraceRecorder::Clock;
+  const auto step_start = Clock::now();
+  const auto local = static_cast<std::int64_t>(labels.size());
+  if (global_count == 0) global_count = local * world_;
+  const std::int64_t micro_batches = std::min(config_.train.accumulate_steps, local);
   nn::ParamStore& store = model_->store();
   store.zero_grads();
-  const tensor::Tensor& logits = model_->forward(
-      x,
-      nn::ForwardContext{nn::Mode::kTrain, static_cast<std::uint64_t>(config_.train.seed), step});
-  const float value = compute_loss(logits, labels, &dlogits_);
-  if (correct != nullptr) *correct = nn::count_correct(logits, labels);
-  model_->backward(dlogits_);
-  // (A data-parallel run averages store.grads() across workers here.)
+  if (sync_) sync_->begin_step();
+  double loss_sum = 0.0;
+  std::int64_t correct_sum = 0;
+  for (std::int64_t m = 0; m < micro_batches; ++m) {
+    const std::int64_t begin = local * m / micro_batches;
+    const std::int64_t end = local * (m + 1) / micro_batches;
+    const bool whole = begin == 0 && end == x.dim(0);
+    const tensor::Tensor micro = whole ? tensor::Tensor() : x.slice(begin, end);
+    const tensor::Tensor& input = whole ? x : micro;
+    const auto micro_labels =
+        labels.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(end - begin));
+    // Dropout streams: one per (step, micro-batch, rank); with one rank and no accumulation this
+    // is `step`, as in a single-worker run.
+    const auto stream = static_cast<std::uint64_t>((step * micro_batches + m) * world_ + rank_);
+    const auto forward_start = Clock::now();
+    const tensor::Tensor& logits = model_->forward(
+        input, nn::ForwardContext{nn::Mode::kTrain, static_cast<std::uint64_t>(config_.train.seed),
+                                  static_cast<std::int64_t>(stream)});
+    const float value = compute_loss(logits, micro_labels, &dlogits_);
+    if (correct != nullptr) correct_sum += nn::count_correct(logits, micro_labels);
+    loss_sum += static_cast<double>(value) * static_cast<double>(end - begin);
+    // The micro-batch's mean-loss gradient, weighted so that the sum over micro-batches and ranks
+    // is the gradient of the global batch's mean loss.
+    const float weight = static_cast<float>(end - begin) / static_cast<float>(global_count);
+    if (weight != 1.0f) {
+      float* d = dlogits_.data();
+      for (std::int64_t i = 0; i < dlogits_.numel(); ++i) d[i] *= weight;
+    }
+    const auto backward_start = Clock::now();
+    const bool last = m + 1 == micro_batches;
+    if (sync_ && last) {
+      model_->backward(dlogits_, [this](std::size_t layer) { sync_->on_layer_done(layer); });
+    } else {
+      model_->backward(dlogits_);
+    }
+    trace_.add("forward", "compute", TraceRecorder::kComputeThread, forward_start, backward_start,
+               fmt::format(R"({{"step":{},"micro_batch":{}}})", step, m));
+    trace_.add("backward", "compute", TraceRecorder::kComputeThread, backward_start, Clock::now(),
+               fmt::format(R"({{"step":{},"micro_batch":{}}})", step, m));
+  }
+  last_step_ = StepTimes{};
+  if (sync_) {
+    const auto wait_start = Clock::now();
+    sync_->finish();
+    last_step_.waiting = sync_->wait_seconds();
+    const auto& buckets = sync_->buckets();
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const auto& t = sync_->timings()[b];
+      last_step_.comm += std::chrono::duration<double>(t.finished - t.started).count();
+      trace_.add(fmt::format("allreduce {}", buckets[b].name), "comm", TraceRecorder::kCommThread,
+                 t.started, t.finished,
+                 fmt::format(R"({{"step":{},"bucket":{},"bytes":{},"algorithm":"{}"}})", step, b,
+                             buckets[b].count * 4, config_.parallel.allreduce));
+    }
+    trace_.add("wait for gradients", "wait", TraceRecorder::kComputeThread, wait_start,
+               Clock::now(), fmt::format(R"({{"step":{}}})", step));
+  }
+  const auto update_start = Clock::now();
   optimizer_->step(store.params(), store.grads(), schedule_->lr(step));
-  return value;
+  const auto step_end = Clock::now();
+  trace_.add("optimizer", "compute", TraceRecorder::kComputeThread, update_start, step_end,
+             fmt::format(R"({{"step":{}}})", step));
+  last_step_.total = std::chrono::duration<double>(step_end - step_start).count();
+  if (correct != nullptr) *correct = correct_sum;
+  return static_cast<float>(loss_sum / static_cast<double>(std::max<std::int64_t>(local, 1)));
 }
 
 Trainer::Evaluation Trainer::evaluate() {
-  const data::Dataset& test = data_.test;
+  const data::Dataset& test = data_->test;
   const std::int64_t n = test.size();
   Evaluation result;
   if (n == 0) return result;
-  std::vector<std::int64_t> indices(static_cast<std::size_t>(n));
-  std::iota(indices.begin(), indices.end(), 0);
+  // Rank r evaluates samples [n r / P, n (r + 1) / P); the sums are then added up over ranks.
+  const std::int64_t first = n * rank_ / world_;
+  const std::int64_t last = n * (rank_ + 1) / world_;
+  std::vector<std::int64_t> indices(static_cast<std::size_t>(last - first));
+  std::iota(indices.begin(), indices.end(), first);
   tensor::Tensor x;
   std::vector<std::int32_t> y;
   double loss_sum = 0.0;
   std::int64_t correct = 0;
-  for (std::int64_t begin = 0; begin < n; begin += kEvalBatch) {
-    const std::int64_t count = std::min(kEvalBatch, n - begin);
+  const std::int64_t mine = last - first;
+  for (std::int64_t begin = 0; begin < mine; begin += kEvalBatch) {
+    const std::int64_t count = std::min(kEvalBatch, mine - begin);
     data::gather_batch(test,
                        std::span(indices).subspan(static_cast<std::size_t>(begin),
                                                   static_cast<std::size_t>(count)),
@@ -172,8 +273,11 @@ Trainer::Evaluation Trainer::evaluate() {
     loss_sum += static_cast<double>(compute_loss(logits, y, nullptr)) * static_cast<double>(count);
     correct += nn::count_correct(logits, y);
   }
-  result.loss = loss_sum / static_cast<double>(n);
-  result.accuracy = static_cast<double>(correct) / static_cast<double>(n);
+  double sums[2] = {loss_sum, static_cast<double>(correct)};
+  if (options_.comm != nullptr)
+    options_.comm->allreduce(sums, 2, DType::kF64, comm::ReduceOp::kSum);
+  result.loss = sums[0] / static_cast<double>(n);
+  result.accuracy = sums[1] / static_cast<double>(n);
   return result;
 }
 
@@ -198,7 +302,9 @@ RunSummary Trainer::run() {
   Stopwatch wall;
   const TrainSection& t = config_.train;
   const fs::path dir(options_.run_dir);
-  prepare_run_dir();
+  const bool writer = rank_ == 0;  // rank 0 alone writes the run folder
+  comm::Communicator* comm = options_.comm;
+  if (writer) prepare_run_dir();
   CheckpointDir checkpoints((dir / "checkpoints").string(), t.keep_checkpoints);
   AccuracyTargets targets(t.accuracy_targets);
   const auto seed = static_cast<std::uint64_t>(t.seed);
@@ -249,18 +355,31 @@ RunSummary Trainer::run() {
           "--epochs N with N > {} to train further",
           path, checkpoint.epoch, t.epochs, checkpoint.epoch));
     }
-    drop_records_after((dir / "metrics.jsonl").string(), checkpoint.epoch);
+    if (writer) drop_records_after((dir / "metrics.jsonl").string(), checkpoint.epoch);
   }
   const std::int64_t resumed_from = start_epoch;
+  const std::int64_t first_step = global_step;
 
-  MetricsLog metrics((dir / "metrics.jsonl").string(), options_.resume);
-  Progress progress(options_.out, Progress::detect_style(options_.out, options_.quiet), t.epochs);
-  const std::int64_t n = data_.train.size();
+  // Other ranks' metrics go to /dev/null: every rank runs the same code, rank 0 keeps the record.
+  MetricsLog metrics(writer ? (dir / "metrics.jsonl").string() : "/dev/null",
+                     writer && options_.resume);
+  Progress progress(options_.out, Progress::detect_style(options_.out, options_.quiet || !writer),
+                    t.epochs);
+  const std::int64_t n = data_->train.size();
   progress.message(fmt::format(
       "dtrain: {} ({} parameters) on {} ({} train / {} test samples), {} epochs of {} steps; "
       "run folder {}",
-      config_.model.name, model_->store().num_params(), data_.train.name, n, data_.test.size(),
+      config_.model.name, model_->store().num_params(), data_->train.name, n, data_->test.size(),
       t.epochs, steps_per_epoch_, dir.string()));
+  if (sync_) {
+    const auto& buckets = sync_->buckets();
+    progress.message(fmt::format(
+        "data parallel: {} ranks ({} per process), allreduce {}, {} gradient buckets of <= {} "
+        "bytes, overlap {}, batch norm {}",
+        world_, config_.parallel.workers, config_.parallel.allreduce, buckets.size(),
+        config_.parallel.fusion_bytes, config_.parallel.overlap ? "on" : "off",
+        config_.parallel.sync_batch_norm ? "synchronized" : "per rank"));
+  }
   if (options_.resume) {
     progress.message(fmt::format("resuming at epoch {} (step {})", start_epoch, global_step));
   }
@@ -292,6 +411,57 @@ RunSummary Trainer::run() {
     checkpoints.save(c, epochs_done);
   };
 
+  // Per-rank totals for the compute / communication / waiting split.
+  struct RankTotals {
+    double samples = 0.0, seconds = 0.0, waiting = 0.0, comm = 0.0;
+  };
+  RankTotals run_totals;
+  auto comm_bytes = [&](bool sent) {
+    double bytes = 0.0;
+    if (comm == nullptr) return bytes;
+    for (const auto& [op, stats] : comm->stats().snapshot()) {
+      bytes += static_cast<double>(sent ? stats.bytes_sent : stats.bytes_received);
+    }
+    return bytes;
+  };
+  const double sent_at_start = comm_bytes(true);
+  const double received_at_start = comm_bytes(false);
+  // One row per rank: what the epoch record and summary.json report for it.
+  auto rank_rows = [&](const RankTotals& totals) {
+    std::vector<double> mine{totals.samples,
+                             totals.seconds,
+                             totals.seconds - totals.waiting,
+                             totals.comm,
+                             totals.waiting,
+                             comm_bytes(true) - sent_at_start,
+                             comm_bytes(false) - received_at_start};
+    const std::size_t width = mine.size();
+    std::vector<double> all(width * static_cast<std::size_t>(world_));
+    if (comm != nullptr) {
+      comm->allgather(mine.data(), all.data(), static_cast<std::int64_t>(width), DType::kF64);
+    } else {
+      all = mine;
+    }
+    nlohmann::json rows = nlohmann::json::array();
+    for (int r = 0; r < world_; ++r) {
+      const double* v = all.data() + static_cast<std::size_t>(r) * width;
+      rows.push_back({{"rank", r},
+                      {"samples", v[0]},
+                      {"train_seconds", v[1]},
+                      {"samples_per_second", v[0] / std::max(v[1], 1e-9)},
+                      {"compute_seconds", v[2]},
+                      {"comm_seconds", v[3]},
+                      {"wait_seconds", v[4]},
+                      {"bytes_sent", v[5]},
+                      {"bytes_received", v[6]}});
+    }
+    return rows;
+  };
+
+  if (comm != nullptr) comm->barrier();  // a common time origin for the trace
+  if (config_.parallel.trace_steps > 0) trace_.start(TraceRecorder::Clock::now());
+  const std::int64_t trace_until = global_step + config_.parallel.trace_steps;
+
   data::ShuffledSampler sampler(n, seed);
   tensor::Tensor x;
   std::vector<std::int32_t> y;
@@ -307,19 +477,31 @@ RunSummary Trainer::run() {
     std::int64_t window_steps = 0;
     std::int64_t window_samples = 0;
     double window_seconds = 0.0;
+    RankTotals epoch_totals;
     const std::int64_t first = epoch == start_epoch ? start_position : 0;
-    for (std::int64_t pos = first; pos < n; pos += batch) {
+    std::int64_t step_in_epoch = first / batch;
+    for (std::int64_t pos = first; pos < n && step_in_epoch < steps_per_epoch_; pos += batch) {
       const std::int64_t count = std::min(batch, n - pos);
+      // This rank's share of the global batch: [pos + count r / P, pos + count (r + 1) / P).
+      const std::int64_t share_begin = pos + count * rank_ / world_;
+      const std::int64_t share_end = pos + count * (rank_ + 1) / world_;
+      const std::int64_t share = share_end - share_begin;
       Stopwatch step_clock;
-      data::gather_batch(
-          data_.train,
-          std::span(order).subspan(static_cast<std::size_t>(pos), static_cast<std::size_t>(count)),
-          x, y);
+      data::gather_batch(data_->train,
+                         std::span(order).subspan(static_cast<std::size_t>(share_begin),
+                                                  static_cast<std::size_t>(share)),
+                         x, y);
       std::int64_t correct = 0;
       const double lr = schedule_->lr(global_step);
-      const float value = train_step(x, y, global_step, &correct);
+      if (global_step >= trace_until) trace_.stop();
+      const float value = train_step(x, y, global_step, &correct, count);
       const double seconds = step_clock.seconds();
       ++global_step;
+      ++step_in_epoch;
+      epoch_totals.samples += static_cast<double>(share);
+      epoch_totals.seconds += seconds;
+      epoch_totals.waiting += last_step_.waiting;
+      epoch_totals.comm += last_step_.comm;
       if (!std::isfinite(value)) {
         throw Error(fmt::format(
             "training diverged: the loss is {} at step {} (epoch {}); lower optim.lr (now {}) or "
@@ -330,13 +512,12 @@ RunSummary Trainer::run() {
       epoch_seconds += seconds;
       samples += count;
       epoch_samples += count;
-      epoch_loss_sum += static_cast<double>(value) * static_cast<double>(count);
+      epoch_loss_sum += static_cast<double>(value) * static_cast<double>(share);
       epoch_correct += correct;
       window_loss += value;
       ++window_steps;
       window_samples += count;
       window_seconds += seconds;
-      const std::int64_t step_in_epoch = (pos + count + batch - 1) / batch;
       progress.step(step_in_epoch, value, window_samples / std::max(window_seconds, 1e-9));
       if (global_step % t.log_every == 0) {
         const StepRecord record{
@@ -353,7 +534,8 @@ RunSummary Trainer::run() {
         window_samples = 0;
         window_seconds = 0.0;
       }
-      if (t.eval_every_steps > 0 && global_step % t.eval_every_steps == 0 && pos + count < n) {
+      if (t.eval_every_steps > 0 && global_step % t.eval_every_steps == 0 &&
+          step_in_epoch < steps_per_epoch_) {
         last_eval = evaluate();
         targets.observe(last_eval.accuracy, train_seconds);
         best_accuracy = std::max(best_accuracy, last_eval.accuracy);
@@ -364,28 +546,41 @@ RunSummary Trainer::run() {
     last_eval = evaluate();
     targets.observe(last_eval.accuracy, train_seconds);
     best_accuracy = std::max(best_accuracy, last_eval.accuracy);
-    last_train_loss =
-        epoch_loss_sum / static_cast<double>(std::max<std::int64_t>(epoch_samples, 1));
-    const EpochRecord record{epoch + 1,
-                             global_step,
-                             last_train_loss,
-                             static_cast<double>(epoch_correct) /
-                                 static_cast<double>(std::max<std::int64_t>(epoch_samples, 1)),
-                             last_eval.loss,
-                             last_eval.accuracy,
-                             static_cast<double>(epoch_samples) / std::max(epoch_seconds, 1e-9),
-                             epoch_seconds,
-                             train_seconds,
-                             elapsed()};
-    metrics.write(to_json(record));
+    // The epoch's training loss and accuracy over every rank's shares.
+    double epoch_sums[2] = {epoch_loss_sum, static_cast<double>(epoch_correct)};
+    if (comm != nullptr) comm->allreduce(epoch_sums, 2, DType::kF64, comm::ReduceOp::kSum);
+    last_train_loss = epoch_sums[0] / static_cast<double>(std::max<std::int64_t>(epoch_samples, 1));
+    const EpochRecord record{
+        epoch + 1,
+        global_step,
+        last_train_loss,
+        epoch_sums[1] / static_cast<double>(std::max<std::int64_t>(epoch_samples, 1)),
+        last_eval.loss,
+        last_eval.accuracy,
+        static_cast<double>(epoch_samples) / std::max(epoch_seconds, 1e-9),
+        epoch_seconds,
+        train_seconds,
+        elapsed()};
+    run_totals.samples += epoch_totals.samples;
+    run_totals.seconds += epoch_totals.seconds;
+    run_totals.waiting += epoch_totals.waiting;
+    run_totals.comm += epoch_totals.comm;
+    nlohmann::json epoch_json = to_json(record);
+    if (comm != nullptr) epoch_json["ranks"] = rank_rows(epoch_totals);
+    metrics.write(epoch_json);
     progress.end_epoch(record);
     const bool last = epoch + 1 == t.epochs;
-    if (last || (t.checkpoint_every > 0 && (epoch + 1) % t.checkpoint_every == 0)) save(epoch + 1);
+    if (writer && (last || (t.checkpoint_every > 0 && (epoch + 1) % t.checkpoint_every == 0))) {
+      save(epoch + 1);
+    }
+  }
+  if (config_.parallel.trace_steps > 0) {
+    write_trace(comm, trace_, (dir / "trace.json").string());
   }
 
   RunSummary summary;
   summary.model = config_.model.name;
-  summary.dataset = data_.train.name;
+  summary.dataset = data_->train.name;
   summary.parameters = model_->store().num_params();
   summary.epochs = t.epochs;
   summary.steps = global_step;
@@ -402,6 +597,37 @@ RunSummary Trainer::run() {
   summary.seed = t.seed;
   summary.threads = t.threads;
   summary.resumed_from_epoch = resumed_from;
+  if (comm != nullptr) {
+    nlohmann::json ranks = rank_rows(run_totals);
+    double compute = 0.0, comm_seconds = 0.0, waiting = 0.0, sent = 0.0, received = 0.0;
+    for (const auto& row : ranks) {
+      compute += row["compute_seconds"].get<double>();
+      comm_seconds += row["comm_seconds"].get<double>();
+      waiting += row["wait_seconds"].get<double>();
+      sent += row["bytes_sent"].get<double>();
+      received += row["bytes_received"].get<double>();
+    }
+    const double p = static_cast<double>(world_);
+    summary.parallel = {
+        {"ranks", world_},
+        {"workers_per_process", config_.parallel.workers},
+        {"processes", world_ / config_.parallel.workers},
+        {"transport", std::string(comm->transport().name())},
+        {"allreduce", config_.parallel.allreduce},
+        {"fusion_bytes", config_.parallel.fusion_bytes},
+        {"buckets", sync_->buckets().size()},
+        {"overlap", config_.parallel.overlap},
+        {"sync_batch_norm", config_.parallel.sync_batch_norm},
+        {"mean_compute_seconds", compute / p},
+        {"mean_comm_seconds", comm_seconds / p},
+        {"mean_wait_seconds", waiting / p},
+        {"bytes_sent", sent},
+        {"bytes_received", received},
+        {"bytes_sent_per_rank_and_step",
+         global_step > first_step ? sent / static_cast<double>(global_step - first_step) / p : 0.0},
+        {"per_rank", ranks}};
+  }
+  if (!writer) return summary;
   write_summary((dir / "summary.json").string(), summary);
   progress.message(fmt::format(
       "done: test accuracy {:.2f}% (best {:.2f}%), {:.1f} s of training at {:.0f} samples/s; "

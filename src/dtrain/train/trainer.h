@@ -7,9 +7,19 @@
 //   checkpoints/epoch-N.ckpt and checkpoints/latest
 //
 // One step (train_step) is, in order: zero the gradients, forward, loss, backward (which adds into
-// the flat gradient buffer), then one optimizer update over the flat buffers. Data parallelism
-// slots its gradient allreduce between backward and the update, and nothing else in the loop
-// needs to change.
+// the flat gradient buffer), then one optimizer update over the flat buffers. With
+// train.accumulate_steps = k the batch is cut into k micro-batches, each forward + backward adding
+// into the gradients, then one update.
+//
+// Data parallelism (TrainerOptions::comm set; docs/PARALLEL.md): every rank runs this Trainer on
+// its own model replica. At construction the ranks check that config and parameter layout agree
+// and take rank 0's parameters. Each step's global batch (train.batch_size samples of the epoch's
+// shuffled order, the same on every rank) is split into P contiguous shares of sizes differing by
+// at most one; each rank scales its loss gradient by share / batch so that the gradient SUM over
+// ranks is the global batch's mean gradient, which parallel::GradientSynchronizer computes bucket
+// by bucket during backward. A final batch with fewer samples than P x k is skipped by every rank
+// alike (no rank ever waits for a batch that will not come). Evaluation is sharded over the ranks
+// too. Rank 0 alone writes the run folder.
 //
 // Epochs: epoch e visits data::ShuffledSampler(N, seed).epoch_order(e) in batches of batch_size;
 // the last partial batch (N % batch_size samples) is trained on too, so steps_per_epoch =
@@ -31,13 +41,17 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/comm/communicator.h"
 #include "dtrain/nn/model.h"
 #include "dtrain/nn/model_zoo.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/optim/optimizer.h"
+#include "dtrain/parallel/gradient_synchronizer.h"
+#include "dtrain/parallel/sync_batch_norm.h"
 #include "dtrain/train/config.h"
 #include "dtrain/train/metrics.h"
 #include "dtrain/train/run_data.h"
+#include "dtrain/train/trace.h"
 
 namespace dtrain::train {
 
@@ -46,6 +60,10 @@ struct TrainerOptions {
   bool resume = false;      // continue from run_dir/checkpoints/latest
   bool quiet = false;       // no progress output
   std::FILE* out = stderr;  // where progress goes
+  // Data parallelism: this rank's communicator (null: one worker). It must outlive the Trainer.
+  comm::Communicator* comm = nullptr;
+  // Data already loaded (ranks that are threads share one copy); null: the Trainer loads it.
+  std::shared_ptr<const RunData> data;
 };
 
 // nn::ModelSpec for `config` on data whose samples have `sample_shape`, with `classes` outputs.
@@ -69,18 +87,24 @@ class Trainer {
   const Config& config() const { return config_; }
   nn::Model& model() { return *model_; }
   std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
-  const data::Dataset& train_data() const { return data_.train; }
+  const data::Dataset& train_data() const { return data_->train; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  // Null with one worker.
+  const parallel::GradientSynchronizer* synchronizer() const { return sync_.get(); }
 
-  // One optimizer step on batch (x, labels) at global step `step`; returns the batch's mean loss.
-  // `correct` receives the count of correctly classified samples of the batch.
+  // One optimizer step at global step `step` on this rank's share (x, labels) of a global batch of
+  // `global_count` samples (0: labels.size() x world_size(), equal shares); returns the share's
+  // mean loss. `correct` receives the count of correctly classified samples of the share.
   float train_step(const tensor::Tensor& x, std::span<const std::int32_t> labels, std::int64_t step,
-                   std::int64_t* correct);
+                   std::int64_t* correct, std::int64_t global_count = 0);
 
   struct Evaluation {
     double loss = 0.0;
     double accuracy = 0.0;
   };
-  // Mean loss and accuracy over the whole test set, in eval mode.
+  // Mean loss and accuracy over the whole test set, in eval mode (sharded over the ranks;
+  // collective when data-parallel).
   Evaluation evaluate();
 
  private:
@@ -89,16 +113,28 @@ class Trainer {
   float compute_loss(const tensor::Tensor& logits, std::span<const std::int32_t> labels,
                      tensor::Tensor* dlogits);
   void prepare_run_dir();
+  // Seconds spent in the last train_step, split (see StepTimes).
+  struct StepTimes {
+    double total = 0.0;    // the whole step
+    double waiting = 0.0;  // blocked on gradient allreduces after backward
+    double comm = 0.0;     // bucket allreduces running (overlapped with compute or not)
+  };
 
   Config config_;
   TrainerOptions options_;
-  RunData data_;
+  std::shared_ptr<const RunData> data_;
+  int rank_ = 0;
+  int world_ = 1;
   std::unique_ptr<nn::Model> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::int64_t steps_per_epoch_ = 0;
   tensor::Tensor dlogits_;
   tensor::Tensor one_hot_;
+  std::unique_ptr<parallel::GradientSynchronizer> sync_;
+  std::unique_ptr<parallel::SyncBatchNormReducer> bn_reducer_;
+  StepTimes last_step_;
+  TraceRecorder trace_;
 };
 
 }  // namespace dtrain::train

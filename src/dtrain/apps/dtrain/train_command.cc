@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "dtrain/base/error.h"
 #include "dtrain/train/config.h"
+#include "dtrain/train/launch.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::apps {
@@ -24,6 +25,11 @@ struct TrainFlags {
   std::string resume;
   std::int64_t epochs = 0;
   std::int64_t threads = 0;
+  std::int64_t workers = 0;
+  std::string allreduce;
+  std::int64_t fusion_bytes = -1;
+  bool no_overlap = false;
+  bool sync_bn = false;
   bool quiet = false;
 };
 
@@ -38,11 +44,20 @@ Examples:
   dtrain train --config examples/fashion_mlp.toml
   dtrain train --config examples/fashion_mlp.toml --set optim.lr=0.05 --epochs 2 --out runs/lr005
   dtrain train --resume runs/lr005 --epochs 4        # continue a run to 4 epochs
+  dtrain train --config examples/fashion_mlp.toml --workers 2 --allreduce ring
+                                                     # data parallel: 2 ranks as threads
+  dtrain train --config examples/fashion_mlp.toml --workers 2 --no-overlap --fusion-bytes 0
+
+Data parallelism: train.batch_size is the global batch, split over the ranks; gradients are
+averaged with the chosen allreduce in buckets of --fusion-bytes, overlapped with backward.
+train.threads is the compute threads of each rank. See docs/PARALLEL.md.
 
 Outputs (in --out, default runs/<config name>-<YYYYmmdd-HHMMSS>):
   resolved.toml            the full configuration, defaults included (re-run with --config)
   metrics.jsonl            one JSON object per logged step, evaluation and epoch
   summary.json             final/best test accuracy, time to each accuracy target, samples/s
+                           (data parallel: per-rank compute/communication/waiting, bytes)
+  trace.json               Chrome trace of the first parallel.trace_steps steps (Perfetto)
   checkpoints/epoch-N.ckpt checkpoints (train.checkpoint_every), checkpoints/latest names the newest
 
 Exit codes: 0 success, 1 bad command line, 2 bad input (config, data, checkpoint), 3 internal error.)";
@@ -62,6 +77,15 @@ int run_train(const TrainFlags& flags) {
   std::vector<std::string> overrides = flags.sets;
   if (flags.epochs > 0) overrides.push_back(fmt::format("train.epochs={}", flags.epochs));
   if (flags.threads > 0) overrides.push_back(fmt::format("train.threads={}", flags.threads));
+  if (flags.workers > 0) overrides.push_back(fmt::format("parallel.workers={}", flags.workers));
+  if (!flags.allreduce.empty()) {
+    overrides.push_back(fmt::format("parallel.allreduce=\"{}\"", flags.allreduce));
+  }
+  if (flags.fusion_bytes >= 0) {
+    overrides.push_back(fmt::format("parallel.fusion_bytes={}", flags.fusion_bytes));
+  }
+  if (flags.no_overlap) overrides.push_back("parallel.overlap=false");
+  if (flags.sync_bn) overrides.push_back("parallel.sync_batch_norm=true");
 
   train::Config config;
   train::TrainerOptions options;
@@ -90,8 +114,7 @@ int run_train(const TrainFlags& flags) {
     config = train::load_config(flags.config, overrides);
     options.run_dir = flags.out.empty() ? default_out_dir(flags.config) : flags.out;
   }
-  train::Trainer trainer(std::move(config), options);
-  trainer.run();
+  train::run_training(config, options);
   return 0;
 }
 
@@ -113,6 +136,19 @@ Command add_train_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--threads", flags->threads, "shortcut for --set train.threads=N")
       ->check(CLI::PositiveNumber);
+  sub->add_option("--workers,-w", flags->workers,
+                  "data-parallel ranks as threads (shortcut for --set parallel.workers=N)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option(
+      "--allreduce", flags->allreduce,
+      "gradient allreduce algorithm (ring, tree, halving-doubling, ...; `dtrain config` "
+      "lists them)");
+  sub->add_option("--fusion-bytes", flags->fusion_bytes,
+                  "gradient bucket size in bytes; 0 = one allreduce per tensor")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--no-overlap", flags->no_overlap,
+                "allreduce the gradients after backward instead of during it");
+  sub->add_flag("--sync-bn", flags->sync_bn, "batch-norm statistics over all ranks");
   sub->add_flag("--quiet,-q", flags->quiet, "no progress output (errors are still printed)");
   resume->excludes(config)->excludes(out);
   sub->callback([flags, config, resume] {

@@ -1,0 +1,108 @@
+#include "dtrain/parallel/gradient_synchronizer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "dtrain/base/error.h"
+#include "dtrain/base/log.h"
+#include "dtrain/comm/comm_error.h"
+
+namespace dtrain::parallel {
+
+GradientSynchronizer::GradientSynchronizer(comm::Communicator& comm, nn::Model& model,
+                                           DataParallelOptions options)
+    : comm_(comm),
+      model_(model),
+      options_(std::move(options)),
+      buckets_(make_gradient_buckets(model.store().param_entries(), model.param_layer(),
+                                     options_.fusion_bytes)) {
+  works_.reserve(buckets_.size());
+  timings_.resize(buckets_.size());
+}
+
+void GradientSynchronizer::begin_step() {
+  if (launched_ != 0 || !works_.empty()) {
+    throw InternalError("GradientSynchronizer::begin_step before the last step's finish()");
+  }
+}
+
+void GradientSynchronizer::on_layer_done(std::size_t layer) {
+  if (!options_.overlap) return;
+  // Buckets are in backward order, so the ready ones are a prefix of those not launched yet.
+  while (launched_ < buckets_.size() && buckets_[launched_].ready_after_layer >= layer) {
+    launch(launched_);
+  }
+}
+
+void GradientSynchronizer::launch(std::size_t bucket) {
+  const GradientBucket& b = buckets_[bucket];
+  comm::CollectiveOptions collective;
+  collective.algorithm = options_.algorithm;
+  timings_[bucket].launched = BucketTiming::Clock::now();
+  works_.push_back(comm_.allreduce_async(model_.store().grads() + b.offset, b.count, DType::kF32,
+                                         comm::ReduceOp::kSum, collective));
+  ++launched_;
+}
+
+void GradientSynchronizer::wait_for(std::size_t bucket) {
+  const comm::Work& work = works_[bucket];
+  const GradientBucket& b = buckets_[bucket];
+  // The communicator's own deadline ends a stuck allreduce with an error naming the missing ranks;
+  // waiting a little longer than it guarantees we see that error rather than a bare timeout here.
+  const auto hard_limit = comm_.options().timeout + std::chrono::seconds(5);
+  auto waited = std::chrono::milliseconds(0);
+  for (;;) {
+    const auto slice = std::min(options_.stall_warning, hard_limit - waited);
+    try {
+      work.wait(slice);
+      return;
+    } catch (const comm::CommTimeoutError& e) {
+      if (work.done()) {  // the allreduce itself failed
+        throw comm::CommError(fmt::format("rank {}: allreduce of gradient bucket {} ({}): {}",
+                                          comm_.rank(), bucket, b.name, e.what()));
+      }
+      waited += slice;
+      if (waited >= hard_limit) throw;
+      log::warn(
+          "stall: rank {} has waited {:.1f} s for the allreduce of gradient bucket {} ({}, {} "
+          "bytes); another rank is late or stopped (the communicator fails the step after {} s)",
+          comm_.rank(), static_cast<double>(waited.count()) / 1e3, bucket, b.name, b.count * 4,
+          static_cast<double>(comm_.options().timeout.count()) / 1e3);
+    } catch (const Error& e) {
+      throw comm::CommError(fmt::format("rank {}: allreduce of gradient bucket {} ({}): {}",
+                                        comm_.rank(), bucket, b.name, e.what()));
+    }
+  }
+}
+
+void GradientSynchronizer::finish() {
+  while (launched_ < buckets_.size()) launch(launched_);
+  const auto start = BucketTiming::Clock::now();
+  try {
+    for (std::size_t i = 0; i < works_.size(); ++i) wait_for(i);
+  } catch (...) {
+    // Leave no Work pointing into a step that is being abandoned half-way.
+    for (auto& work : works_) {
+      try {
+        work.wait(comm_.options().timeout + std::chrono::seconds(5));
+      } catch (...) {
+      }
+    }
+    works_.clear();
+    launched_ = 0;
+    throw;
+  }
+  const auto end = BucketTiming::Clock::now();
+  wait_seconds_ = std::chrono::duration<double>(end - start).count();
+  BucketTiming::Clock::time_point previous_end{};
+  for (std::size_t i = 0; i < works_.size(); ++i) {
+    timings_[i].finished = works_[i].finished_at();
+    timings_[i].started = std::max(timings_[i].launched, previous_end);
+    previous_end = timings_[i].finished;
+  }
+  works_.clear();
+  launched_ = 0;
+}
+
+}  // namespace dtrain::parallel

@@ -1,0 +1,84 @@
+// Averages the flat gradient buffer over the ranks of a communicator, bucket by bucket, overlapping
+// the allreduces with backward (Horovod's tensor fusion + PyTorch DDP's bucketed overlap).
+//
+// One step:  begin_step()  ->  Model::backward(dy, [&](i) { on_layer_done(i); })  ->  finish()
+// on_layer_done(i) launches, on the communicator's background thread (allreduce_async), every
+// bucket whose gradients became final with layer i, while backward goes on computing layers below
+// i; finish() launches what is left (everything, with overlap off) and waits for all buckets.
+// Launch order is the same on every rank (buckets in reverse parameter order, each launched after
+// the same layer), which is what keeps the collectives' sequence numbers in step across ranks.
+//
+// The allreduce is a sum: the caller scales its loss gradient so that the sum over ranks is the
+// gradient of the global batch's mean loss (dy x count_r / global_count), which makes uneven shards
+// exact too.
+//
+// Timing (for the trace and the compute / communication / waiting split): async collectives run one
+// at a time in submission order, so a bucket's allreduce ran from max(its launch, the previous
+// bucket's end) to its end (Work::finished_at()); waiting is the time finish() blocked.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/communicator.h"
+#include "dtrain/comm/work.h"
+#include "dtrain/nn/model.h"
+#include "dtrain/parallel/gradient_buckets.h"
+
+namespace dtrain::parallel {
+
+struct DataParallelOptions {
+  // An allreduce algorithm name (comm::allreduce_algorithms()); empty: the communicator's default.
+  std::string algorithm;
+  // Bucket size limit (gradient_buckets.h); 0 = one allreduce per tensor.
+  std::int64_t fusion_bytes = std::int64_t{1} << 20;
+  // Start each bucket's allreduce during backward; off: all of them after backward.
+  bool overlap = true;
+  // After this long waiting for one bucket, log a stall warning naming it (Horovod's stall
+  // inspector); the communicator's deadline later turns a persistent stall into an error.
+  std::chrono::milliseconds stall_warning{10000};
+};
+
+struct BucketTiming {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point launched;  // on the compute thread
+  Clock::time_point started;   // the allreduce began on the communication thread
+  Clock::time_point finished;
+};
+
+class GradientSynchronizer {
+ public:
+  GradientSynchronizer(comm::Communicator& comm, nn::Model& model, DataParallelOptions options);
+
+  void begin_step();
+  // Model::backward's after_layer callback.
+  void on_layer_done(std::size_t layer);
+  // Launches the buckets not launched yet, then waits for every bucket; afterwards the gradient
+  // buffer holds the sum over ranks. Rethrows a bucket's error (with the bucket named).
+  void finish();
+
+  const std::vector<GradientBucket>& buckets() const { return buckets_; }
+  const DataParallelOptions& options() const { return options_; }
+  // Of the last finished step, one per bucket in launch order.
+  const std::vector<BucketTiming>& timings() const { return timings_; }
+  // Seconds finish() blocked in the last step.
+  double wait_seconds() const { return wait_seconds_; }
+
+ private:
+  void launch(std::size_t bucket);
+  void wait_for(std::size_t bucket);
+
+  comm::Communicator& comm_;
+  nn::Model& model_;
+  DataParallelOptions options_;
+  std::vector<GradientBucket> buckets_;
+  std::vector<comm::Work> works_;
+  std::vector<BucketTiming> timings_;
+  std::size_t launched_ = 0;  // buckets [0, launched_) are in flight
+  double wait_seconds_ = 0.0;
+};
+
+}  // namespace dtrain::parallel

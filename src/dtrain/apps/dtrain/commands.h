@@ -25,6 +25,9 @@ Command add_train_command(CLI::App& app);
 // or JSON.
 Command add_bench_command(CLI::App& app);
 
+// dtrain sweep: a grid of training runs (workers x algorithms x any key) and their comparison.
+Command add_sweep_command(CLI::App& app);
+
 // dtrain config: prints a configuration (the defaults, or a file with overrides) as commented TOML.
 Command add_config_command(CLI::App& app);
 

@@ -1,0 +1,118 @@
+// dtrain sweep: a grid of training runs and the table that compares them (train/sweep.h).
+#include <fmt/format.h>
+
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "dtrain/base/error.h"
+#include "dtrain/train/atomic_file.h"
+#include "dtrain/train/config.h"
+#include "dtrain/train/sweep.h"
+
+namespace dtrain::apps {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SweepFlags {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string out;
+  std::string workers;
+  std::string allreduce;
+  std::vector<std::string> grid;
+  std::int64_t epochs = 0;
+  bool json = false;
+};
+
+constexpr const char* kSweepHelp =
+    R"(Trains one run per point of a grid of config values and compares them.
+
+The grid's axes are --workers, --allreduce and any config key with --grid KEY=V1,V2,...; the runs
+are their cross product, one after another, each in its own run folder under --out. The table gives
+training seconds per epoch, samples/s, speedup and scaling efficiency over the one-worker run at the
+same point, time to each accuracy target (training seconds), bytes sent per rank and step, and the
+final test accuracy; --out also receives sweep.csv and sweep.json.)";
+
+constexpr const char* kSweepFooter = R"(
+Examples:
+  dtrain sweep --config examples/fashion_mlp.toml --workers 1,2 --allreduce ring,tree,parameter-server
+  dtrain sweep --config examples/fashion_mlp.toml --workers 2 --grid parallel.fusion_bytes=0,1048576 \
+      --grid parallel.overlap=true,false --epochs 1)";
+
+std::string default_out_dir(const std::string& config_path) {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &local);
+  return (fs::path("runs") /
+          fmt::format("sweep-{}-{}", fs::path(config_path).stem().string(), stamp))
+      .string();
+}
+
+int run_sweep_command(const SweepFlags& flags) {
+  std::vector<std::string> overrides = flags.sets;
+  if (flags.epochs > 0) overrides.push_back(fmt::format("train.epochs={}", flags.epochs));
+  const train::Config base = train::load_config(flags.config, overrides);
+  std::vector<train::SweepAxis> axes;
+  if (!flags.workers.empty())
+    axes.push_back(train::parse_sweep_axis("parallel.workers=" + flags.workers));
+  if (!flags.allreduce.empty()) {
+    axes.push_back(train::parse_sweep_axis("parallel.allreduce=" + flags.allreduce));
+  }
+  for (const auto& axis : flags.grid) axes.push_back(train::parse_sweep_axis(axis));
+  if (axes.empty()) {
+    throw ConfigError("dtrain sweep needs at least one axis: --workers, --allreduce or --grid");
+  }
+  const std::string out = flags.out.empty() ? default_out_dir(flags.config) : flags.out;
+  fs::create_directories(out);
+  const train::SweepResult result = train::run_sweep(
+      base, axes, out, [&](const train::SweepRow& row, std::size_t index, std::size_t total) {
+        std::string point;
+        for (std::size_t i = 0; i < axes.size(); ++i) {
+          point += fmt::format("{}{}={}", i ? " " : "", axes[i].key, row.point[i]);
+        }
+        fmt::print(stderr, "[{}/{}] {}: {:.0f} samples/s, {:.2f} s/epoch, test accuracy {:.2f}%\n",
+                   index + 1, total, point, row.samples_per_second, row.epoch_seconds,
+                   100.0 * row.final_test_accuracy);
+      });
+  train::write_file_atomically((fs::path(out) / "sweep.csv").string(), train::sweep_csv(result));
+  train::write_file_atomically((fs::path(out) / "sweep.json").string(),
+                               train::sweep_json(result).dump(2) + "\n");
+  if (flags.json) {
+    fmt::print("{}\n", train::sweep_json(result).dump(2));
+  } else {
+    fmt::print("{}", train::sweep_table(result));
+    fmt::print(stderr, "sweep.csv and sweep.json in {}\n", out);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_sweep_command(CLI::App& app) {
+  auto flags = std::make_shared<SweepFlags>();
+  CLI::App* sub = app.add_subcommand("sweep", kSweepHelp);
+  sub->footer(kSweepFooter);
+  sub->add_option("--config,-c", flags->config, "TOML config every run starts from")->required();
+  sub->add_option("--set,-s", flags->sets, "override one config key for every run (repeatable)")
+      ->type_name("KEY=VALUE");
+  sub->add_option("--workers,-w", flags->workers, "axis: ranks as threads, e.g. 1,2,4")
+      ->type_name("N,N,...");
+  sub->add_option("--allreduce", flags->allreduce, "axis: allreduce algorithms, e.g. ring,tree")
+      ->type_name("ALG,ALG,...");
+  sub->add_option("--grid,-g", flags->grid, "axis: any config key and its values (repeatable)")
+      ->type_name("KEY=V1,V2,...");
+  sub->add_option("--epochs", flags->epochs, "shortcut for --set train.epochs=N")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--out,-o", flags->out, "sweep folder (default runs/sweep-<config>-<time>)");
+  sub->add_flag("--json", flags->json, "print the rows as JSON instead of a table");
+  return Command{sub, [flags] { return run_sweep_command(*flags); }};
+}
+
+}  // namespace dtrain::apps

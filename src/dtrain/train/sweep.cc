@@ -1,0 +1,197 @@
+#include "dtrain/train/sweep.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "dtrain/base/error.h"
+#include "dtrain/train/atomic_file.h"
+#include "dtrain/train/launch.h"
+
+namespace dtrain::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::vector<std::string>> cross_product(const std::vector<SweepAxis>& axes) {
+  std::vector<std::vector<std::string>> points{{}};
+  for (const auto& axis : axes) {
+    std::vector<std::vector<std::string>> next;
+    for (const auto& point : points) {
+      for (const auto& value : axis.values) {
+        next.push_back(point);
+        next.back().push_back(value);
+      }
+    }
+    points = std::move(next);
+  }
+  return points;
+}
+
+std::string point_name(const std::vector<SweepAxis>& axes, const std::vector<std::string>& point) {
+  std::string name;
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    name += fmt::format("{}{}={}", i == 0 ? "" : ",", axes[i].key, point[i]);
+  }
+  return name.empty() ? "base" : name;
+}
+
+// The ranks of a run: threads per process (there is one process when sweeping).
+int ranks_of(const Config& config) { return static_cast<int>(config.parallel.workers); }
+
+std::string tta_text(const nlohmann::json& value) {
+  return value.is_null() ? "-" : fmt::format("{:.1f}", value.get<double>());
+}
+
+}  // namespace
+
+SweepAxis parse_sweep_axis(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
+    throw ConfigError(fmt::format(
+        "sweep axis '{}' must be KEY=V1,V2,... (for example parallel.workers=1,2,4)", text));
+  }
+  SweepAxis axis{text.substr(0, eq), {}};
+  std::string rest = text.substr(eq + 1);
+  std::size_t start = 0;
+  while (start <= rest.size()) {
+    const auto comma = rest.find(',', start);
+    const std::string value =
+        rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (value.empty()) {
+      throw ConfigError(fmt::format("sweep axis '{}' has an empty value", text));
+    }
+    axis.values.push_back(value);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return axis;
+}
+
+SweepResult run_sweep(
+    const Config& base, const std::vector<SweepAxis>& axes, const std::string& out_dir,
+    const std::function<void(const SweepRow&, std::size_t, std::size_t)>& on_row) {
+  const auto points = cross_product(axes);
+  // Every point's config first: a typo in the last value must not surface after an hour of runs.
+  std::vector<Config> configs;
+  for (const auto& point : points) {
+    Config config = base;
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      apply_override(config, axes[i].key + "=" + point[i]);
+    }
+    validate(config);
+    configs.push_back(config);
+  }
+  SweepResult result{axes, {}};
+  for (std::size_t k = 0; k < points.size(); ++k) {
+    TrainerOptions options;
+    options.run_dir = (fs::path(out_dir) / point_name(axes, points[k])).string();
+    options.quiet = true;
+    const RunSummary summary = run_training(configs[k], options);
+    SweepRow row;
+    row.point = points[k];
+    row.ranks = ranks_of(configs[k]);
+    row.epoch_seconds =
+        summary.train_seconds /
+        static_cast<double>(std::max<std::int64_t>(summary.epochs - summary.resumed_from_epoch, 1));
+    row.samples_per_second = summary.train_samples_per_second;
+    row.time_to_accuracy = summary.time_to_accuracy;
+    row.final_test_accuracy = summary.final_test_accuracy;
+    if (!summary.parallel.is_null()) {
+      row.bytes_per_step = summary.parallel.value("bytes_sent_per_rank_and_step", 0.0);
+    }
+    row.run_dir = options.run_dir;
+    result.rows.push_back(std::move(row));
+    if (on_row) on_row(result.rows.back(), k, points.size());
+  }
+  // Speedup against the one-worker run at the same point of the other axes.
+  for (std::size_t k = 0; k < result.rows.size(); ++k) {
+    const SweepRow* baseline = &result.rows.front();
+    for (std::size_t j = 0; j < result.rows.size(); ++j) {
+      if (configs[j].parallel.workers != 1) continue;
+      bool same = true;
+      for (std::size_t i = 0; i < axes.size(); ++i) {
+        if (axes[i].key != "parallel.workers" && points[j][i] != points[k][i]) same = false;
+      }
+      if (same) {
+        baseline = &result.rows[j];
+        break;
+      }
+    }
+    SweepRow& row = result.rows[k];
+    row.speedup = row.samples_per_second / std::max(baseline->samples_per_second, 1e-9);
+    row.efficiency = row.speedup / static_cast<double>(row.ranks);
+  }
+  return result;
+}
+
+std::string sweep_table(const SweepResult& result) {
+  std::string header;
+  for (const auto& axis : result.axes) {
+    const auto dot = axis.key.find('.');
+    header +=
+        fmt::format("{:>18} ", dot == std::string::npos ? axis.key : axis.key.substr(dot + 1));
+  }
+  std::vector<std::string> targets;
+  if (!result.rows.empty()) {
+    for (const auto& [target, seconds] : result.rows.front().time_to_accuracy.items()) {
+      targets.push_back(target);
+    }
+  }
+  header += fmt::format("{:>6} {:>9} {:>11} {:>8} {:>6}", "ranks", "s/epoch", "samples/s",
+                        "speedup", "eff");
+  for (const auto& target : targets) header += fmt::format(" {:>8}", "tta " + target);
+  header += fmt::format(" {:>12} {:>8}\n", "bytes/step", "test acc");
+  std::string text = header;
+  for (const auto& row : result.rows) {
+    for (const auto& value : row.point) text += fmt::format("{:>18} ", value);
+    text += fmt::format("{:>6} {:>9.2f} {:>11.0f} {:>8.2f} {:>6.2f}", row.ranks, row.epoch_seconds,
+                        row.samples_per_second, row.speedup, row.efficiency);
+    for (const auto& target : targets) {
+      text += fmt::format(" {:>8}", tta_text(row.time_to_accuracy.value(target, nlohmann::json())));
+    }
+    text +=
+        fmt::format(" {:>12.0f} {:>7.2f}%\n", row.bytes_per_step, 100.0 * row.final_test_accuracy);
+  }
+  return text;
+}
+
+std::string sweep_csv(const SweepResult& result) {
+  std::string text;
+  for (const auto& axis : result.axes) text += axis.key + ",";
+  text +=
+      "ranks,epoch_seconds,samples_per_second,speedup,efficiency,time_to_accuracy,"
+      "bytes_per_step,final_test_accuracy,run_dir\n";
+  for (const auto& row : result.rows) {
+    for (const auto& value : row.point) text += value + ",";
+    std::string tta;
+    for (const auto& [target, seconds] : row.time_to_accuracy.items()) {
+      tta += fmt::format("{}{}:{}", tta.empty() ? "" : " ", target, tta_text(seconds));
+    }
+    text += fmt::format("{},{:.4f},{:.1f},{:.4f},{:.4f},{},{:.0f},{:.4f},{}\n", row.ranks,
+                        row.epoch_seconds, row.samples_per_second, row.speedup, row.efficiency, tta,
+                        row.bytes_per_step, row.final_test_accuracy, row.run_dir);
+  }
+  return text;
+}
+
+nlohmann::json sweep_json(const SweepResult& result) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& row : result.rows) {
+    nlohmann::json point = nlohmann::json::object();
+    for (std::size_t i = 0; i < result.axes.size(); ++i) point[result.axes[i].key] = row.point[i];
+    rows.push_back({{"point", point},
+                    {"ranks", row.ranks},
+                    {"epoch_seconds", row.epoch_seconds},
+                    {"samples_per_second", row.samples_per_second},
+                    {"speedup", row.speedup},
+                    {"efficiency", row.efficiency},
+                    {"time_to_accuracy", row.time_to_accuracy},
+                    {"bytes_per_step", row.bytes_per_step},
+                    {"final_test_accuracy", row.final_test_accuracy},
+                    {"run_dir", row.run_dir}});
+  }
+  return rows;
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,98 @@
+// dtrain sweep's engine: axes parse, the grid runs in order, speedups are against the one-worker
+// run at the same point, bad values fail before any run, and the table/CSV/JSON carry every row.
+#include "dtrain/train/sweep.h"
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "dtrain/base/error.h"
+
+namespace dtrain::train {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+Config tiny() {
+  Config c;
+  c.data.dataset = "synthetic";
+  c.data.synthetic_samples = 96;
+  c.data.synthetic_test_samples = 32;
+  c.data.synthetic_classes = 3;
+  c.data.synthetic_shape = {1, 3, 3};
+  c.model.hidden = {8};
+  c.train.epochs = 1;
+  c.train.batch_size = 12;
+  c.train.checkpoint_every = 0;
+  c.parallel.trace_steps = 0;
+  return c;
+}
+
+TEST(SweepAxis, ParsesAndRejects) {
+  const SweepAxis axis = parse_sweep_axis("parallel.workers=1,2,4");
+  EXPECT_EQ(axis.key, "parallel.workers");
+  EXPECT_EQ(axis.values, (std::vector<std::string>{"1", "2", "4"}));
+  EXPECT_THROW(parse_sweep_axis("parallel.workers"), ConfigError);
+  EXPECT_THROW(parse_sweep_axis("=1,2"), ConfigError);
+  EXPECT_THROW(parse_sweep_axis("parallel.workers=1,,2"), ConfigError);
+}
+
+class SweepTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fs::temp_directory_path() / fmt::format("dtrain_sweep_{}_{}", info->name(), ::getpid());
+    fs::remove_all(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  fs::path root_;
+};
+
+TEST_F(SweepTest, RunsTheGridAndComparesWithOneWorker) {
+  const std::vector<SweepAxis> axes{parse_sweep_axis("parallel.workers=1,2"),
+                                    parse_sweep_axis("parallel.allreduce=ring,tree")};
+  std::vector<std::size_t> seen;
+  const SweepResult result = run_sweep(tiny(), axes, root_.string(),
+                                       [&](const SweepRow&, std::size_t index, std::size_t total) {
+                                         EXPECT_EQ(total, 4u);
+                                         seen.push_back(index);
+                                       });
+  EXPECT_EQ(seen, (std::vector<std::size_t>{0, 1, 2, 3}));
+  ASSERT_EQ(result.rows.size(), 4u);
+  EXPECT_EQ(result.rows[0].point, (std::vector<std::string>{"1", "ring"}));
+  EXPECT_EQ(result.rows[3].point, (std::vector<std::string>{"2", "tree"}));
+  EXPECT_DOUBLE_EQ(result.rows[0].speedup, 1.0);
+  EXPECT_DOUBLE_EQ(result.rows[1].speedup, 1.0);  // its own one-worker point (tree)
+  EXPECT_EQ(result.rows[2].ranks, 2);
+  EXPECT_DOUBLE_EQ(result.rows[2].speedup,
+                   result.rows[2].samples_per_second / result.rows[0].samples_per_second);
+  EXPECT_DOUBLE_EQ(result.rows[2].efficiency, result.rows[2].speedup / 2.0);
+  EXPECT_EQ(result.rows[0].bytes_per_step, 0.0);
+  EXPECT_GT(result.rows[2].bytes_per_step, 0.0);
+  for (const auto& row : result.rows)
+    EXPECT_TRUE(fs::exists(fs::path(row.run_dir) / "summary.json"));
+  const std::string csv = sweep_csv(result);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5);
+  EXPECT_THAT(csv, HasSubstr("parallel.workers,parallel.allreduce,ranks,"));
+  EXPECT_EQ(sweep_json(result).size(), 4u);
+  EXPECT_EQ(sweep_json(result)[3]["point"]["parallel.allreduce"], "tree");
+  EXPECT_THAT(sweep_table(result), HasSubstr("speedup"));
+}
+
+TEST_F(SweepTest, BadValueFailsBeforeAnyRun) {
+  const std::vector<SweepAxis> axes{parse_sweep_axis("parallel.allreduce=ring,bogus")};
+  try {
+    run_sweep(tiny(), axes, root_.string());
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("bogus"));
+  }
+  EXPECT_FALSE(fs::exists(root_ / "parallel.allreduce=ring"));
+}
+
+}  // namespace
+}  // namespace dtrain::train

@@ -81,5 +81,27 @@ TEST(ThreadPool, ConcurrentAndNestedCallersRunInline) {
   EXPECT_EQ(total, 2L * 2000 * (3 + 3));
 }
 
+TEST(ScopedComputePool, GivesThisThreadItsOwnPoolUntilTheScopeEnds) {
+  set_compute_threads(1);
+  ThreadPool* shared = &compute_pool();
+  {
+    ScopedComputePool scoped(2);
+    EXPECT_NE(&compute_pool(), shared);
+    EXPECT_EQ(compute_threads(), 2);
+    // Another thread still sees the process-wide pool.
+    ThreadPool* seen_elsewhere = nullptr;
+    std::thread other([&] { seen_elsewhere = &compute_pool(); });
+    other.join();
+    EXPECT_EQ(seen_elsewhere, shared);
+    {
+      ScopedComputePool inner(1);
+      EXPECT_EQ(compute_threads(), 1);
+    }
+    EXPECT_EQ(compute_threads(), 2);
+  }
+  EXPECT_EQ(&compute_pool(), shared);
+  EXPECT_EQ(compute_threads(), 1);
+}
+
 }  // namespace
 }  // namespace dtrain

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Measures dtrain's data parallelism against PyTorch 1.13 DDP on this machine in one run, for
+# docs/PERFORMANCE.md: Fashion-MNIST MLP 784-256-256-10, global batch 128, SGD lr 0.1 momentum
+# 0.9, 10 test evaluations per epoch (the recipe of ../shared/peers/scripts/ddp_fmnist.py):
+#   - PyTorch DDP, gloo, 2 processes x 1 thread (ddp_fmnist.py, until 88% test accuracy);
+#   - dtrain 1 worker, 2 workers (ring), 2 workers without overlap, 2 workers with one bucket per
+#     tensor, each 1 compute thread per worker, 8 epochs.
+# Rounds alternate the runs so that machine noise hits all; the summary gives medians of
+# samples/s (training time only) and of the training time to 85% and 88% test accuracy.
+# Usage: scripts/compare_ddp.sh [ROUNDS]   (default 3; needs python3-torch and build/dtrain)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PEERS="${PEERS:-$ROOT/../shared/peers}"
+DTRAIN="${DTRAIN:-$ROOT/build/dtrain}"
+OUT="${OUT:-/tmp/dtrain-ddp}"
+ROUNDS="${1:-3}"
+EPOCHS="${EPOCHS:-8}"
+mkdir -p "$OUT"
+: > "$OUT/results.jsonl"
+[[ -x "$DTRAIN" ]] || { echo "error: $DTRAIN not built; run scripts/setup.sh" >&2; exit 1; }
+
+dtrain_run() {  # dtrain_run LABEL ARGS...
+  local label=$1; shift
+  local dir="$OUT/run-$label-$round"
+  rm -rf "$dir"
+  "$DTRAIN" train --config "$ROOT/examples/fashion_mlp.toml" --quiet --out "$dir" \
+    --set train.epochs="$EPOCHS" --set train.eval_every_steps=47 --set train.checkpoint_every=0 \
+    --set parallel.trace_steps=0 "$@"
+  python3 - "$dir" "$label" >> "$OUT/results.jsonl" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json"))
+print(json.dumps({"who": sys.argv[2], "samples_per_second": s["train_samples_per_second"],
+                  "tta85": s["time_to_accuracy"].get("0.85"), "tta88": s["time_to_accuracy"].get("0.88")}))
+PY
+}
+
+for round in $(seq "$ROUNDS"); do
+  echo "round $round/$ROUNDS" >&2
+  env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$PEERS/scripts/ddp_fmnist.py" \
+    --model mlp --world 2 --threads 1 --batch 64 --seed "$round" --epochs 1 --max-epochs 10 \
+    2>/dev/null | python3 -c '
+import json, sys
+r = json.loads(sys.stdin.readline())
+print(json.dumps({"who": "pytorch-ddp-2", "samples_per_second": r["samples_per_s_median"],
+                  "tta85": r["time_to_85_s"], "tta88": r["time_to_88_s"]}))' >> "$OUT/results.jsonl"
+  dtrain_run dtrain-1 --workers 1
+  dtrain_run dtrain-2 --workers 2
+  dtrain_run dtrain-2-no-overlap --workers 2 --no-overlap
+  dtrain_run dtrain-2-per-tensor --workers 2 --fusion-bytes 0
+done
+
+python3 - "$OUT/results.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+def med(who, key):
+    xs = [r[key] for r in rows if r["who"] == who and r[key] is not None]
+    return statistics.median(xs) if xs else float("nan")
+ddp = med("pytorch-ddp-2", "samples_per_second")
+one = med("dtrain-1", "samples_per_second")
+ddp88 = med("pytorch-ddp-2", "tta88")
+print("| run | samples/s | / dtrain 1 worker | / DDP | time to 85% (s) | time to 88% (s) | DDP's 88% time / this |")
+print("|---|---|---|---|---|---|---|")
+for who in ("pytorch-ddp-2", "dtrain-1", "dtrain-2", "dtrain-2-no-overlap", "dtrain-2-per-tensor"):
+    s = med(who, "samples_per_second")
+    t88 = med(who, "tta88")
+    print(f"| {who} | {s:,.0f} | {s / one:.2f} | {s / ddp:.2f} | {med(who, 'tta85'):.2f} | {t88:.2f} | {ddp88 / t88:.2f} |")
+PY

@@ -1,5 +1,6 @@
 // Allreduce: every algorithm x P in {1..9, 16} x counts {0, 1, P-1, 1000, 100003} x dtypes x ops
-// against the closed-form results of comm_test_values.h.
+// against the closed-form results of comm_test_values.h ("native" only where the transport has
+// one: on inproc it must fail with a ConfigError naming the alternatives).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -37,12 +38,14 @@ TEST_P(AllreduceSweepTest, EveryAlgorithmCountDTypeAndOp) {
   CommOptions options;
   options.timeout = 30s;
   options.segment_bytes = 1000;  // many segments per ring step, partial last segments
+  options.local_size = 3;        // hierarchical: groups of 3, the last one smaller unless 3 | P
   std::atomic<int> calls{0};
   spawn_ranks(
       ranks,
       [&](Communicator& comm) {
         const int rank = comm.rank();
         for (const auto& algorithm : allreduce_algorithms()) {
+          if (algorithm.name == kNativeAllreduce) continue;  // inproc has none: NativeTest
           CollectiveOptions call_options;
           call_options.algorithm = std::string(algorithm.name);
           for (std::int64_t count : counts) {
@@ -100,6 +103,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, AllreduceSweepTest,
 
 TEST(AllreduceTest, DefaultAlgorithmComesFromCommOptions) {
   for (const auto& algorithm : allreduce_algorithms()) {
+    if (algorithm.name == kNativeAllreduce) continue;
     CommOptions options;
     options.timeout = 10s;
     options.allreduce_algorithm = std::string(algorithm.name);
@@ -111,6 +115,81 @@ TEST(AllreduceTest, DefaultAlgorithmComesFromCommOptions) {
           EXPECT_EQ(data, std::vector<float>(10, 6.0f)) << algorithm.name;  // 1 + 2 + 3
         },
         options);
+  }
+}
+
+TEST(AllreduceTest, HierarchicalForEveryGroupSize) {
+  // Groups of G consecutive ranks; G = 0 and G >= P make one group, G = 1 makes every rank a
+  // leader (plain ring among all).
+  for (int ranks : {1, 2, 5, 8}) {
+    for (int group : {0, 1, 2, 3, 4, 8, 9}) {
+      CommOptions options;
+      options.timeout = 20s;
+      options.segment_bytes = 256;
+      options.local_size = group;
+      options.allreduce_algorithm = "hierarchical";
+      spawn_ranks(
+          ranks,
+          [&](Communicator& comm) {
+            for (std::int64_t count :
+                 {std::int64_t{1}, std::int64_t{ranks + 1}, std::int64_t{999}}) {
+              for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kProd}) {
+                auto data = testing::make_buffer(count, DType::kI64);
+                testing::fill_contribution(data, comm.rank(), ranks, count, DType::kI64, op);
+                comm.allreduce(data.data(), count, DType::kI64, op);
+                EXPECT_EQ(first_mismatch(data.data(), ranks, count, DType::kI64, op), -1)
+                    << "P=" << ranks << " G=" << group << " count " << count;
+              }
+            }
+          },
+          options);
+    }
+  }
+}
+
+TEST(AllreduceTest, HierarchicalRunsBesideAsyncCallsAndOnASplit) {
+  // The levels are built at the first hierarchical call, whichever thread runs it; async and
+  // blocking hierarchical calls interleave; a sub-communicator has its own levels.
+  CommOptions options;
+  options.timeout = 20s;
+  options.local_size = 2;
+  spawn_ranks(
+      6,
+      [&](Communicator& comm) {
+        CollectiveOptions hierarchical;
+        hierarchical.algorithm = "hierarchical";
+        std::vector<float> a(100, 1.0f);
+        std::vector<float> b(50, 2.0f);
+        Work work = comm.allreduce_async(a.data(), 100, DType::kF32, ReduceOp::kSum, hierarchical);
+        comm.allreduce(b.data(), 50, DType::kF32, ReduceOp::kSum, hierarchical);
+        work.wait(20s);
+        EXPECT_EQ(a, std::vector<float>(100, 6.0f));
+        EXPECT_EQ(b, std::vector<float>(50, 12.0f));
+        auto half = comm.split(comm.rank() % 2, comm.rank());
+        std::vector<float> c(7, static_cast<float>(comm.rank()));
+        half->allreduce(c.data(), 7, DType::kF32, ReduceOp::kSum, hierarchical);
+        // Evens 0 + 2 + 4, odds 1 + 3 + 5.
+        EXPECT_EQ(c, std::vector<float>(7, comm.rank() % 2 == 0 ? 6.0f : 9.0f));
+      },
+      options);
+}
+
+TEST(AllreduceTest, NativeOnInprocIsAConfigErrorNamingTheAlternatives) {
+  try {
+    spawn_ranks(2, [](Communicator& comm) {
+      float x = 1.0f;
+      CollectiveOptions options;
+      options.algorithm = "native";
+      comm.allreduce(&x, 1, DType::kF32, ReduceOp::kSum, options);
+    });
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("allreduce algorithm 'native' needs a transport with its own allreduce "
+                        "(mpi); transport 'inproc' has none: choose one of ring,"),
+              std::string::npos)
+        << what;
+    EXPECT_EQ(what.find("native,"), std::string::npos) << what;
   }
 }
 
@@ -126,7 +205,8 @@ TEST(AllreduceTest, UnknownAlgorithmIsConfigErrorNamingAcceptedOnes) {
   } catch (const ConfigError& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("'butterfly'"), std::string::npos) << what;
-    EXPECT_NE(what.find("ring, parameter-server, sharded-ps, tree, halving-doubling"),
+    EXPECT_NE(what.find("ring, parameter-server, sharded-ps, tree, halving-doubling, "
+                        "double-binary-tree, hierarchical, native, auto"),
               std::string::npos)
         << what;
   }

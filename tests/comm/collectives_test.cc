@@ -1,5 +1,6 @@
-// Broadcast, reduce, allgather, reduce-scatter, barrier and send/recv over P in {1..9, 16},
-// against closed-form results (smaller sweeps than allreduce: one algorithm each).
+// Broadcast, reduce, scatter, gather, allgather, reduce-scatter, alltoall, barrier and send/recv
+// over P in {1..9, 16}, against closed-form results (smaller sweeps than allreduce: one algorithm
+// each).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -158,6 +159,135 @@ TEST_P(CollectivesTest, ReduceScatterEveryOp) {
       test_options());
 }
 
+// Element i of block b sent by rank r in scatter / gather / alltoall: distinct per (r, b, i) and
+// exact in every dtype (integers below 256 fit f16, bf16 and u8).
+double block_value(int rank, int block, std::int64_t i) {
+  return static_cast<double>((rank * 37 + block * 11 + i * 3) % 250);
+}
+
+TEST_P(CollectivesTest, ScatterFromEveryRootInAndOutOfPlace) {
+  const int ranks = GetParam();
+  spawn_ranks(
+      ranks,
+      [&](Communicator& comm) {
+        for (int root = 0; root < ranks; root += (ranks > 5 ? 2 : 1)) {
+          for (std::int64_t count : counts_for(ranks)) {
+            for (DType dtype : {DType::kF32, DType::kBF16, DType::kI64, DType::kU8}) {
+              const bool is_root = comm.rank() == root;
+              std::vector<unsigned char> input;
+              if (is_root) {
+                input = testing::make_buffer(count * ranks, dtype);
+                for (int b = 0; b < ranks; ++b) {
+                  for (std::int64_t i = 0; i < count; ++i) {
+                    testing::store(dtype, input.data(), b * count + i, block_value(root, b, i));
+                  }
+                }
+              }
+              const auto original = input;
+              auto output = testing::make_buffer(count, dtype);
+              comm.scatter(is_root ? input.data() : nullptr, output.data(), count, dtype, root);
+              for (std::int64_t i = 0; i < count; ++i) {
+                ASSERT_EQ(testing::load(dtype, output.data(), i), block_value(root, comm.rank(), i))
+                    << "P=" << ranks << " root " << root << " rank " << comm.rank() << " i " << i;
+              }
+              EXPECT_EQ(input, original);  // the root's input is read only
+              // In place at the root: its block stays where it is in the input.
+              const std::size_t own = static_cast<std::size_t>(root * count) * dtype_size(dtype);
+              comm.scatter(is_root ? input.data() : nullptr,
+                           is_root ? input.data() + own : output.data(), count, dtype, root);
+              if (is_root) {
+                EXPECT_EQ(input, original);
+              }
+              for (std::int64_t i = 0; i < count && !is_root; ++i) {
+                ASSERT_EQ(testing::load(dtype, output.data(), i),
+                          block_value(root, comm.rank(), i));
+              }
+            }
+          }
+        }
+      },
+      test_options());
+}
+
+TEST_P(CollectivesTest, GatherToEveryRootInAndOutOfPlace) {
+  const int ranks = GetParam();
+  spawn_ranks(
+      ranks,
+      [&](Communicator& comm) {
+        for (int root = 0; root < ranks; root += (ranks > 5 ? 2 : 1)) {
+          for (std::int64_t count : counts_for(ranks)) {
+            for (DType dtype : {DType::kF64, DType::kF16, DType::kI32, DType::kU8}) {
+              const bool is_root = comm.rank() == root;
+              auto input = testing::make_buffer(count, dtype);
+              for (std::int64_t i = 0; i < count; ++i) {
+                testing::store(dtype, input.data(), i, block_value(comm.rank(), root, i));
+              }
+              std::vector<unsigned char> output;
+              if (is_root) output = testing::make_buffer(count * ranks, dtype);
+              comm.gather(input.data(), is_root ? output.data() : nullptr, count, dtype, root);
+              auto check = [&](const std::vector<unsigned char>& gathered) {
+                for (int r = 0; r < ranks; ++r) {
+                  for (std::int64_t i = 0; i < count; ++i) {
+                    ASSERT_EQ(testing::load(dtype, gathered.data(), r * count + i),
+                              block_value(r, root, i))
+                        << "P=" << ranks << " root " << root << " block " << r << " i " << i;
+                  }
+                }
+              };
+              if (is_root) check(output);
+              // In place at the root: its contribution already sits in its block of the output.
+              std::vector<unsigned char> in_place;
+              if (is_root) {
+                in_place = testing::make_buffer(count * ranks, dtype);
+                for (std::int64_t i = 0; i < count; ++i) {
+                  testing::store(dtype, in_place.data(), root * count + i,
+                                 block_value(root, root, i));
+                }
+              }
+              const std::size_t own = static_cast<std::size_t>(root * count) * dtype_size(dtype);
+              comm.gather(is_root ? in_place.data() + own : input.data(),
+                          is_root ? in_place.data() : nullptr, count, dtype, root);
+              if (is_root) check(in_place);
+            }
+          }
+        }
+      },
+      test_options());
+}
+
+TEST_P(CollectivesTest, AlltoallInAndOutOfPlace) {
+  const int ranks = GetParam();
+  spawn_ranks(
+      ranks,
+      [&](Communicator& comm) {
+        for (std::int64_t count : counts_for(ranks)) {
+          for (DType dtype : kAllDTypes) {
+            // Block j of rank r's input is block_value(r, j, .); it must land in block r of j.
+            auto input = testing::make_buffer(count * ranks, dtype);
+            for (int b = 0; b < ranks; ++b) {
+              for (std::int64_t i = 0; i < count; ++i) {
+                testing::store(dtype, input.data(), b * count + i, block_value(comm.rank(), b, i));
+              }
+            }
+            const auto original = input;
+            auto output = testing::make_buffer(count * ranks, dtype);
+            comm.alltoall(input.data(), output.data(), count, dtype);
+            for (int r = 0; r < ranks; ++r) {
+              for (std::int64_t i = 0; i < count; ++i) {
+                ASSERT_EQ(testing::load(dtype, output.data(), r * count + i),
+                          block_value(r, comm.rank(), i))
+                    << "P=" << ranks << " " << dtype_name(dtype) << " block " << r << " i " << i;
+              }
+            }
+            EXPECT_EQ(input, original);
+            comm.alltoall(input.data(), input.data(), count, dtype);
+            EXPECT_EQ(input, output) << "in place, P=" << ranks;
+          }
+        }
+      },
+      test_options());
+}
+
 TEST_P(CollectivesTest, BarrierHoldsEveryoneUntilTheLastArrives) {
   const int ranks = GetParam();
   std::atomic<int> arrived{0};
@@ -227,6 +357,15 @@ TEST(CollectivesArgumentsTest, BadArgumentsThrowAtTheCall) {
     EXPECT_THROW(comm.broadcast(&x, 1, DType::kF32, 0, options), ConfigError);
     options.algorithm = "binomial";
     comm.broadcast(&x, 1, DType::kF32, 0, options);  // its own name is accepted
+    comm.scatter(comm.rank() == 0 ? &x : nullptr, &x, 0, DType::kF32, 0, options);
+    options.algorithm = "pairwise";
+    comm.alltoall(&x, &x, 0, DType::kF32, options);
+    // Scatter needs its input at the root only, gather its output at the root only.
+    std::vector<float> two(2, 0.0f);
+    EXPECT_THROW(comm.scatter(nullptr, &x, 1, DType::kF32, comm.rank()), ConfigError);
+    EXPECT_THROW(comm.gather(&x, nullptr, 1, DType::kF32, comm.rank()), ConfigError);
+    EXPECT_THROW(comm.gather(&x, two.data(), 1, DType::kF32, 3), ConfigError);
+    EXPECT_THROW(comm.alltoall(nullptr, two.data(), 1, DType::kF32), ConfigError);
   });
 }
 

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <vector>
 
+#include "dtrain/comm/algorithms/binary_trees.h"
 #include "dtrain/comm/algorithms/blocks.h"
 #include "dtrain/comm/communicator.h"
 #include "dtrain/comm/spawn_ranks.h"
@@ -22,7 +23,7 @@ struct Measured {
 // Runs one f32 sum allreduce of `count` elements with `algorithm` on P ranks; returns each rank's
 // "allreduce" counters.
 Measured measure(const std::string& algorithm, int ranks, std::int64_t count,
-                 bool check_headers = true) {
+                 bool check_headers = true, int local_size = 0) {
   Measured measured;
   measured.per_rank.resize(static_cast<std::size_t>(ranks));
   measured.headers.resize(static_cast<std::size_t>(ranks));
@@ -30,6 +31,7 @@ Measured measure(const std::string& algorithm, int ranks, std::int64_t count,
   options.timeout = 20s;
   options.segment_bytes = 4096;
   options.check_headers = check_headers;
+  options.local_size = local_size;
   spawn_ranks(
       ranks,
       [&](Communicator& comm) {
@@ -128,6 +130,98 @@ TEST(CommStatsTest, TreeAndHalvingDoublingMoveTheirTextbookVolumes) {
   EXPECT_EQ(hd3.per_rank[0].bytes_received, 4000);
   EXPECT_EQ(hd3.per_rank[1].bytes_sent, 4000 + 4000);
   EXPECT_EQ(hd3.per_rank[2].bytes_sent, 4000);
+}
+
+TEST(CommStatsTest, DoubleBinaryTreeMovesEachHalfOnceUpAndOnceDownItsTree) {
+  for (int ranks : {2, 3, 4, 5, 7, 8, 16}) {
+    for (std::int64_t count : {std::int64_t{1}, std::int64_t{4001}, std::int64_t{10000}}) {
+      const Measured m = measure("double-binary-tree", ranks, count);
+      const std::int64_t half[2] = {count / 2, count - count / 2};
+      std::int64_t total = 0;
+      for (int r = 0; r < ranks; ++r) {
+        // Exact: 4 x sum over trees of |half| x (children + 1 unless the root), each way.
+        std::int64_t expect = 0;
+        for (int t = 0; t < 2; ++t) {
+          const TreeLinks links = double_binary_tree_links(ranks, r, t);
+          expect += 4 * half[t] * (links.child_count() + (links.parent >= 0 ? 1 : 0));
+        }
+        const OpStats& s = m.per_rank[static_cast<std::size_t>(r)];
+        EXPECT_EQ(s.bytes_sent, expect) << "P=" << ranks << " count " << count << " rank " << r;
+        EXPECT_EQ(s.bytes_received, expect) << "P=" << ranks << " count " << count;
+        // Never more than 2 N per rank (inner node of one tree, leaf of the other), N at P = 2.
+        EXPECT_LE(s.bytes_sent, (ranks == 2 ? 1 : 2) * 4 * count + 8) << "P=" << ranks;
+        total += s.bytes_sent;
+      }
+      // Each tree has P - 1 edges; each edge carries its half up once and down once: 2(P-1) N.
+      EXPECT_EQ(total, 2 * (ranks - 1) * 4 * count) << "P=" << ranks << " count " << count;
+    }
+  }
+}
+
+TEST(CommStatsTest, HierarchicalSendsOneBufferPerGroupAcrossGroups) {
+  // P = 6 in groups of 2: leaders 0, 2, 4. A non-leader sends N up and receives N back; a leader
+  // receives N from its member, runs ring among 3 leaders, sends N to its member.
+  const std::int64_t count = 3000;
+  const std::int64_t n = 4 * count;
+  const Measured m = measure("hierarchical", 6, count, true, 2);
+  for (int r = 0; r < 6; ++r) {
+    const OpStats& s = m.per_rank[static_cast<std::size_t>(r)];
+    if (r % 2 == 1) {
+      EXPECT_EQ(s.bytes_sent, n) << "rank " << r;
+      EXPECT_EQ(s.bytes_received, n) << "rank " << r;
+    } else {
+      const int leader = r / 2;
+      const std::int64_t ring =
+          4 * (2 * count - block_size(count, 3, leader) - block_size(count, 3, (leader + 1) % 3));
+      EXPECT_EQ(s.bytes_sent, ring + n) << "rank " << r;
+      EXPECT_EQ(s.bytes_received, ring + n) << "rank " << r;
+    }
+  }
+  // One group (local_size 0): a binomial reduce and broadcast, the tree's volumes.
+  const Measured one = measure("hierarchical", 4, 100);
+  const Measured tree = measure("tree", 4, 100);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(one.per_rank[static_cast<std::size_t>(r)].bytes_sent,
+              tree.per_rank[static_cast<std::size_t>(r)].bytes_sent);
+  }
+}
+
+TEST(CommStatsTest, ScatterGatherAlltoallMoveTheirBlocks) {
+  const int ranks = 5;
+  const std::int64_t count = 100;  // per block
+  std::vector<OpStats> scatter(ranks), gather(ranks), alltoall(ranks);
+  CommOptions options;
+  options.timeout = 20s;
+  spawn_ranks(
+      ranks,
+      [&](Communicator& comm) {
+        std::vector<float> big(static_cast<std::size_t>(ranks * count), 1.0f);
+        std::vector<float> small(static_cast<std::size_t>(count), 1.0f);
+        comm.scatter(big.data(), small.data(), count, DType::kF32, 2);
+        comm.gather(small.data(), big.data(), count, DType::kF32, 2);
+        std::vector<float> out(big.size());
+        comm.alltoall(big.data(), out.data(), count, DType::kF32);
+        const auto r = static_cast<std::size_t>(comm.rank());
+        scatter[r] = comm.stats().get("scatter");
+        gather[r] = comm.stats().get("gather");
+        alltoall[r] = comm.stats().get("alltoall");
+      },
+      options);
+  std::int64_t scatter_received = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    // Alltoall: exactly P - 1 blocks each way.
+    EXPECT_EQ(alltoall[i].bytes_sent, (ranks - 1) * 4 * count);
+    EXPECT_EQ(alltoall[i].bytes_received, (ranks - 1) * 4 * count);
+    scatter_received += scatter[i].bytes_received;
+    EXPECT_EQ(scatter[i].bytes_sent, gather[i].bytes_received) << "mirror images, rank " << r;
+  }
+  // The root sends every block but its own, in ceil(log2 5) = 3 messages (relative ranks 4, 2
+  // with 3 below it, and 1); each rank receives its subtree: 1 + 2 + 1 + 1 = 5 blocks in all.
+  EXPECT_EQ(scatter[2].bytes_sent, 4 * 4 * count);
+  EXPECT_EQ(scatter[2].messages_sent, 3);
+  EXPECT_EQ(gather[2].bytes_received, 4 * 4 * count);
+  EXPECT_EQ(scatter_received, 4 * count * 5);
 }
 
 TEST(CommStatsTest, HeaderCheckIsCountedApartAndCanBeTurnedOff) {

@@ -120,9 +120,10 @@ TEST(NeverArrivesTest, MissingHeaderRootIsNamedToo) {
 }
 
 TEST(NeverArrivesTest, WithoutHeaderCheckEveryAlgorithmStillFailsByItsDeadline) {
-  for (const char* algorithm :
-       {"ring", "parameter-server", "sharded-ps", "tree", "halving-doubling"}) {
+  for (const char* algorithm : {"ring", "parameter-server", "sharded-ps", "tree",
+                                "halving-doubling", "double-binary-tree", "hierarchical", "auto"}) {
     CommOptions options = short_timeout();
+    options.local_size = 2;
     options.check_headers = false;
     options.allreduce_algorithm = algorithm;
     const auto outcomes =
@@ -263,6 +264,40 @@ struct MismatchCase {
   std::function<void(Communicator&, bool odd)> call;
   std::vector<std::string> expected_parts;
 };
+
+TEST(StallInspectorTest, RankZeroNamesTheLateRanksThenTheCallSucceeds) {
+  CommOptions options;
+  options.stall_warning = 50ms;
+  options.timeout = 20s;
+  ::testing::internal::CaptureStderr();
+  spawn_ranks(
+      3,
+      [](Communicator& comm) {
+        if (comm.rank() == 2) std::this_thread::sleep_for(400ms);
+        float value = 1.0f;
+        comm.allreduce(&value, 1, DType::kF32, ReduceOp::kSum);
+        EXPECT_EQ(value, 3.0f);
+      },
+      options);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("stall:"), std::string::npos) << log;
+  EXPECT_NE(log.find("allreduce #"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank(s) 2 have not arrived"), std::string::npos) << log;
+}
+
+TEST(StallInspectorTest, SilentWhenEveryRankIsOnTime) {
+  CommOptions options;
+  options.stall_warning = 5s;
+  ::testing::internal::CaptureStderr();
+  spawn_ranks(
+      3,
+      [](Communicator& comm) {
+        float value = 1.0f;
+        comm.allreduce(&value, 1, DType::kF32, ReduceOp::kSum);
+      },
+      options);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr().find("stall:"), std::string::npos);
+}
 
 TEST(HeaderCheckTest, MismatchedArgumentsAreNamedWithBothValuesAndRanks) {
   const std::vector<MismatchCase> cases = {

@@ -86,6 +86,12 @@ TEST(WorkTest, EveryAsyncCollectiveKind) {
     std::vector<std::int32_t> red_out(4, 0);
     std::vector<std::int32_t> ar_in(4, 2);
     std::vector<std::int32_t> ar_out(4, 0);
+    std::vector<std::int32_t> scatter_in(6, 0);
+    for (int i = 0; i < 6; ++i) scatter_in[static_cast<std::size_t>(i)] = 10 + i;
+    std::vector<std::int32_t> scatter_out(2, -1);
+    std::vector<std::int32_t> gather_root_out(6, -1);
+    std::vector<std::int32_t> a2a_in = {comm.rank(), comm.rank(), comm.rank()};
+    std::vector<std::int32_t> a2a_out(3, -1);
     std::vector<Work> works = {
         comm.barrier_async(),
         comm.broadcast_async(bcast.data(), 10, DType::kI32, 1),
@@ -93,6 +99,11 @@ TEST(WorkTest, EveryAsyncCollectiveKind) {
         comm.reduce_scatter_async(rs_in.data(), rs_out.data(), 2, DType::kI32, ReduceOp::kSum),
         comm.reduce_async(red_in.data(), red_out.data(), 4, DType::kI32, ReduceOp::kProd, 2),
         comm.allreduce_async(ar_in.data(), ar_out.data(), 4, DType::kI32, ReduceOp::kAvg),
+        comm.scatter_async(comm.rank() == 0 ? scatter_in.data() : nullptr, scatter_out.data(), 2,
+                           DType::kI32, 0),
+        comm.gather_async(gather_in.data(), comm.rank() == 1 ? gather_root_out.data() : nullptr, 2,
+                          DType::kI32, 1),
+        comm.alltoall_async(a2a_in.data(), a2a_out.data(), 1, DType::kI32),
     };
     for (const Work& w : works) w.wait(20s);
     EXPECT_EQ(bcast, std::vector<std::int32_t>(10, 9));
@@ -102,6 +113,12 @@ TEST(WorkTest, EveryAsyncCollectiveKind) {
       EXPECT_EQ(red_out, std::vector<std::int32_t>(4, 6));  // 1 x 2 x 3
     }
     EXPECT_EQ(ar_out, std::vector<std::int32_t>(4, 2));
+    const std::int32_t first = 10 + 2 * comm.rank();
+    EXPECT_EQ(scatter_out, (std::vector<std::int32_t>{first, first + 1}));
+    if (comm.rank() == 1) {
+      EXPECT_EQ(gather_root_out, (std::vector<std::int32_t>{0, 0, 1, 1, 2, 2}));
+    }
+    EXPECT_EQ(a2a_out, (std::vector<std::int32_t>{0, 1, 2}));
   });
 }
 

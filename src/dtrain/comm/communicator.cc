@@ -2,15 +2,21 @@
 
 #include <algorithm>
 #include <array>
+#include <condition_variable>
 #include <cstring>
+#include <optional>
+#include <set>
 #include <vector>
 
 #include "dtrain/base/env.h"
 #include "dtrain/base/error.h"
+#include "dtrain/base/log.h"
 #include "dtrain/base/timer.h"
 #include "dtrain/comm/algorithms/algorithms.h"
 #include "dtrain/comm/algorithms/channel.h"
+#include "dtrain/comm/algorithms/cost_model.h"
 #include "dtrain/comm/comm_error.h"
+#include "dtrain/comm/transport/sub_transport.h"
 
 namespace dtrain::comm {
 namespace {
@@ -18,17 +24,30 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Kind = Communicator::Kind;
 
-// Tag layout. Collectives: bits 24..62 sequence number, 8..23 the caller's tag, 0..7 the phase.
-// Point-to-point: bit 63 set, the caller's tag below.
+// Tag layout (64 bits; docs/COMM.md "Tags"):
+//   bit 63        point-to-point flag
+//   bits 47..62   communicator id: 0 in every tag built here; a sub-communicator's SubTransport
+//                 puts the id agreed at split time there (transport/sub_transport.h), so the
+//                 traffic of a parent, its children and their siblings never matches
+//   collectives:  bits 24..46 sequence number (mod 2^23: only calls in flight at the same time
+//                 must differ), bits 8..23 the caller's tag, bits 0..7 the phase
+//   point-to-point: bits 0..46 the caller's tag
 constexpr std::uint64_t kPointToPointBit = std::uint64_t{1} << 63;
+constexpr std::uint64_t kPointToPointTagLimit = std::uint64_t{1} << kCommunicatorIdShift;
+constexpr int kSeqShift = 24;
+constexpr std::uint64_t kSeqMask = (std::uint64_t{1} << (kCommunicatorIdShift - kSeqShift)) - 1;
 constexpr std::uint64_t kPhaseData = 0;
 constexpr std::uint64_t kPhaseHeader = 1;
 constexpr std::uint64_t kPhaseVerdict = 2;
+constexpr std::uint64_t kPhaseProbe = 3;  // auto's alpha-beta measurement
 constexpr int kHeaderRoot = 0;
+// Ids a communicator reserves for itself: its own and its hierarchical allreduce's two levels.
+constexpr std::uint64_t kIdsPerCommunicator = 3;
 
 std::uint64_t collective_tag(std::uint64_t seq, std::uint16_t tag, std::uint64_t phase) {
-  return ((seq & ((std::uint64_t{1} << 39) - 1)) << 24) | (std::uint64_t{tag} << 8) | phase;
+  return ((seq & kSeqMask) << kSeqShift) | (std::uint64_t{tag} << 8) | phase;
 }
+static_assert((kSeqMask << kSeqShift & kCommunicatorIdMask) == 0);
 
 std::string_view kind_name(Kind kind) {
   switch (kind) {
@@ -38,6 +57,10 @@ std::string_view kind_name(Kind kind) {
     case Kind::kReduce: return "reduce";
     case Kind::kAllgather: return "allgather";
     case Kind::kReduceScatter: return "reduce_scatter";
+    case Kind::kScatter: return "scatter";
+    case Kind::kGather: return "gather";
+    case Kind::kAlltoall: return "alltoall";
+    case Kind::kSplit: return "split";
   }
   return "?";
 }
@@ -47,9 +70,13 @@ std::string_view fixed_algorithm(Kind kind) {
   switch (kind) {
     case Kind::kBarrier:
     case Kind::kBroadcast:
-    case Kind::kReduce: return "binomial";
+    case Kind::kReduce:
+    case Kind::kScatter:
+    case Kind::kGather: return "binomial";
     case Kind::kAllgather:
-    case Kind::kReduceScatter: return "ring";
+    case Kind::kReduceScatter:
+    case Kind::kSplit: return "ring";
+    case Kind::kAlltoall: return "pairwise";
     case Kind::kAllreduce: break;
   }
   return "";
@@ -58,7 +85,28 @@ std::string_view fixed_algorithm(Kind kind) {
 bool reduces(Kind kind) {
   return kind == Kind::kAllreduce || kind == Kind::kReduce || kind == Kind::kReduceScatter;
 }
-bool rooted(Kind kind) { return kind == Kind::kBroadcast || kind == Kind::kReduce; }
+bool rooted(Kind kind) {
+  return kind == Kind::kBroadcast || kind == Kind::kReduce || kind == Kind::kScatter ||
+         kind == Kind::kGather;
+}
+
+// Whether this rank reads `input` / writes `output` in a collective with `count` > 0.
+bool reads_input(Kind kind, bool is_root) {
+  switch (kind) {
+    case Kind::kBarrier:
+    case Kind::kBroadcast: return false;
+    case Kind::kScatter: return is_root;
+    default: return true;
+  }
+}
+bool writes_output(Kind kind, bool is_root) {
+  switch (kind) {
+    case Kind::kBarrier: return false;
+    case Kind::kReduce:
+    case Kind::kGather: return is_root;
+    default: return true;
+  }
+}
 
 // What each rank tells rank 0 before a collective (fits the transport's eager size).
 struct WireHeader {
@@ -159,15 +207,64 @@ std::chrono::milliseconds default_comm_timeout() {
   return std::chrono::milliseconds(ms);
 }
 
+// The two levels of the hierarchical allreduce (allreduce_hierarchical.cc), built once from
+// rank, size and CommOptions::local_size without any communication: each group of local_size
+// consecutive ranks is a sub-transport with this communicator's id + 1 (groups are disjoint, so
+// they may share it), the group leaders (first rank of each group) one with id + 2.
+struct Communicator::Hierarchy {
+  std::shared_ptr<Transport> local;
+  std::shared_ptr<Transport> leaders;  // null off the leaders
+};
+
+// What the auto allreduce chooses by (algorithms/cost_model.h): given in CommOptions, or measured
+// by the first auto call (`claimed` picks it in sequence order, so it is the same call at every
+// rank) while later auto calls on other threads wait for it.
+struct Communicator::AutoModel {
+  std::atomic<bool> claimed{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool ready = false;
+  std::string failure;  // the probe's error; later calls report it
+  AlphaBeta model;
+  std::set<std::string, std::less<>> logged;  // choices already logged
+};
+
 Communicator::Communicator(std::shared_ptr<Transport> transport, CommOptions options)
-    : transport_(std::move(transport)), options_(std::move(options)) {
+    : transport_(std::move(transport)),
+      options_(std::move(options)),
+      auto_(std::make_unique<AutoModel>()) {
   if (!transport_) throw ConfigError("Communicator: null transport");
   if (options_.timeout.count() <= 0) {
     throw ConfigError(
         fmt::format("CommOptions.timeout = {} ms: must be positive", options_.timeout.count()));
   }
   if (options_.segment_bytes == 0) throw ConfigError("CommOptions.segment_bytes = 0: must be > 0");
+  if (options_.local_size < 0) {
+    throw ConfigError(fmt::format(
+        "CommOptions.local_size = {}: must be >= 0 (0: the whole communicator is one group)",
+        options_.local_size));
+  }
+  if (options_.alpha_us < 0 || options_.beta_us_per_byte < 0 ||
+      (options_.alpha_us > 0) != (options_.beta_us_per_byte > 0)) {
+    throw ConfigError(fmt::format(
+        "CommOptions.alpha_us = {}, beta_us_per_byte = {}: give both (> 0) or neither (0: "
+        "measured at the first auto allreduce)",
+        options_.alpha_us, options_.beta_us_per_byte));
+  }
   find_allreduce_algorithm(options_.allreduce_algorithm);  // fail early on a bad default
+  label_ = fmt::format("rank {}", rank());
+  if (const auto* view = dynamic_cast<const SubTransport*>(transport_.get())) {
+    id_ = view->id();
+    label_ = fmt::format("rank {} of communicator {} (world rank {})", rank(), id_,
+                         view->world_rank(rank()));
+  }
+  next_id_ = std::make_shared<std::atomic<std::uint64_t>>(id_ + kIdsPerCommunicator);
+  if (options_.alpha_us > 0) {
+    auto_->claimed = true;
+    auto_->ready = true;
+    auto_->model.alpha = options_.alpha_us * 1e-6;
+    auto_->model.beta = options_.beta_us_per_byte * 1e-6;
+  }
 }
 
 Communicator::~Communicator() = default;
@@ -193,9 +290,9 @@ Communicator::Call Communicator::make_call(Kind kind, const void* input, void* o
     throw ConfigError(fmt::format("rank {}: {}: root {} out of range [0, {})", rank(),
                                   kind_name(kind), root, size()));
   }
-  if (count > 0 && ((kind != Kind::kBarrier && output == nullptr &&
-                     !(kind == Kind::kReduce && rank() != root)) ||
-                    (input == nullptr && kind != Kind::kBarrier && kind != Kind::kBroadcast))) {
+  const bool is_root = rank() == root;
+  if (count > 0 && ((writes_output(kind, is_root) && output == nullptr) ||
+                    (reads_input(kind, is_root) && input == nullptr))) {
     throw ConfigError(
         fmt::format("rank {}: {}: null buffer for {} elements", rank(), kind_name(kind), count));
   }
@@ -212,12 +309,17 @@ Communicator::Call Communicator::make_call(Kind kind, const void* input, void* o
     call.algorithm = std::string(fixed);
   }
   call.seq = next_seq_.fetch_add(1);
+  // The first auto call in sequence order that has work to do measures the model: the same call
+  // at every rank (the header check makes counts agree).
+  if (call.algorithm == kAutoAllreduce && size() > 1 && count > 0) {
+    call.probe = !auto_->claimed.exchange(true);
+  }
   return call;
 }
 
 std::string Communicator::describe(const Call& call) const {
   std::string what =
-      fmt::format("rank {}: {} #{} ({}", rank(), kind_name(call.kind), call.seq, call.algorithm);
+      fmt::format("{}: {} #{} ({}", label_, kind_name(call.kind), call.seq, call.algorithm);
   if (call.kind != Kind::kBarrier) {
     what += fmt::format(", {} x {}", call.count, dtype_name(call.dtype));
   }
@@ -258,6 +360,32 @@ void Communicator::check_header(const Call& call, Clock::time_point start) {
     }
     std::vector<int> missing;
     std::string failure;
+    // Stall inspector: a first, shorter wait; the ranks still absent then are named in a warning,
+    // and the wait goes on to header_deadline.
+    const Clock::time_point stall_at = start + options_.stall_warning;
+    if (options_.stall_warning.count() > 0 && stall_at < header_deadline) {
+      std::vector<int> late;
+      for (int peer = 1; peer < ranks; ++peer) {
+        auto& request = requests[static_cast<std::size_t>(peer)];
+        try {
+          if (!request->test()) {
+            if (Clock::now() < stall_at) request->wait(stall_at);
+          }
+        } catch (const CommTimeoutError&) {
+          late.push_back(peer);
+        } catch (const CommError&) {
+          // Reported by the full wait below.
+        }
+      }
+      if (!late.empty()) {
+        log::warn(
+            "stall: {}rank(s) {} have not arrived after {:.1f} s (the call fails at {:.1f} s if "
+            "they never do)",
+            describe(call), rank_list(late),
+            std::chrono::duration<double>(options_.stall_warning).count(),
+            std::chrono::duration<double>(call.timeout).count());
+      }
+    }
     for (int peer = 1; peer < ranks; ++peer) {
       try {
         requests[static_cast<std::size_t>(peer)]->wait(header_deadline);
@@ -306,7 +434,7 @@ void Communicator::check_header(const Call& call, Clock::time_point start) {
   if (verdict.ok != kVerdictOk) throw CommError(std::string(verdict.message.data()));
 }
 
-void Communicator::execute(const Call& call, Channel& channel) {
+void Communicator::execute(const Call& call, Channel& channel, Traffic& extra) {
   const std::size_t element = dtype_size(call.dtype);
   const std::size_t bytes = static_cast<std::size_t>(call.count) * element;
   const int ranks = size();
@@ -319,8 +447,7 @@ void Communicator::execute(const Call& call, Channel& channel) {
     case Kind::kBroadcast: broadcast_binomial(channel, call.output, bytes, call.root); return;
     case Kind::kAllreduce: {
       if (call.input != call.output && bytes > 0) std::memcpy(call.output, call.input, bytes);
-      find_allreduce_algorithm(call.algorithm)
-          .run(channel, call.output, call.count, call.dtype, call.op);
+      run_allreduce(call, channel, extra);
       if (call.op == ReduceOp::kAvg) divide_by(call.output, call.count, call.dtype, ranks);
       return;
     }
@@ -338,6 +465,12 @@ void Communicator::execute(const Call& call, Channel& channel) {
       }
       return;
     }
+    case Kind::kScatter:
+      scatter_binomial(channel, call.input, call.output, bytes, call.root);
+      return;
+    case Kind::kGather: gather_binomial(channel, call.input, call.output, bytes, call.root); return;
+    case Kind::kAlltoall: alltoall_pairwise(channel, call.input, call.output, bytes); return;
+    case Kind::kSplit:
     case Kind::kAllgather: {
       auto* own = static_cast<std::byte*>(call.output) + static_cast<std::size_t>(rank()) * bytes;
       if (own != call.input && bytes > 0) std::memcpy(own, call.input, bytes);
@@ -358,23 +491,150 @@ void Communicator::execute(const Call& call, Channel& channel) {
   throw InternalError("Communicator::execute: unknown collective");
 }
 
+void Communicator::run_allreduce(const Call& call, Channel& channel, Traffic& extra) {
+  const AllreduceAlgorithm& algorithm = find_allreduce_algorithm(call.algorithm);
+  if (algorithm.name == kHierarchicalAllreduce) {
+    if (size() == 1 || call.count == 0) return;
+    const Hierarchy& levels = hierarchy();
+    // The sub-transports fold their own ids into the tag: the parent's data tag is safe to reuse.
+    Channel local(*levels.local, collective_tag(call.seq, call.tag, kPhaseData), channel.deadline(),
+                  options_.segment_bytes);
+    std::optional<Channel> leaders;
+    if (levels.leaders) {
+      leaders.emplace(*levels.leaders, collective_tag(call.seq, call.tag, kPhaseData),
+                      channel.deadline(), options_.segment_bytes);
+    }
+    auto add = [&](const Channel& used) {
+      extra.bytes_sent += used.traffic().bytes_sent;
+      extra.bytes_received += used.traffic().bytes_received;
+      extra.messages_sent += used.traffic().messages_sent;
+      extra.messages_received += used.traffic().messages_received;
+    };
+    try {
+      allreduce_hierarchical(local, leaders ? &*leaders : nullptr, call.output, call.count,
+                             call.dtype, call.op);
+    } catch (...) {
+      add(local);
+      if (leaders) add(*leaders);
+      throw;
+    }
+    add(local);
+    if (leaders) add(*leaders);
+    return;
+  }
+  if (algorithm.name == kAutoAllreduce) {
+    if (size() == 1 || call.count == 0) return;
+    const AlphaBeta model = auto_model(call, channel.deadline() - call.timeout);
+    const double bytes =
+        static_cast<double>(call.count) * static_cast<double>(dtype_size(call.dtype));
+    const std::string_view chosen = choose_allreduce(size(), bytes, model, options_.segment_bytes);
+    {
+      std::lock_guard<std::mutex> lock(auto_->mu);
+      // Rank 0 speaks for all: every rank makes the same choice.
+      if (auto_->logged.insert(std::string(chosen)).second && rank() == 0) {
+        log::info(
+            "allreduce auto: '{}' for {} bytes on {} ranks (alpha-beta model: alpha {:.3g} us, "
+            "beta {:.3g} ns/byte)",
+            chosen, bytes, size(), model.alpha * 1e6, model.beta * 1e9);
+      }
+    }
+    find_allreduce_algorithm(chosen).run(channel, call.output, call.count, call.dtype, call.op);
+    return;
+  }
+  algorithm.run(channel, call.output, call.count, call.dtype, call.op);
+}
+
+const Communicator::Hierarchy& Communicator::hierarchy() {
+  std::lock_guard<std::mutex> lock(hierarchy_mu_);
+  if (hierarchy_) return *hierarchy_;
+  const int ranks = size();
+  const int group =
+      options_.local_size == 0 || options_.local_size >= ranks ? ranks : options_.local_size;
+  const int first = rank() / group * group;
+  std::vector<int> local;
+  for (int r = first; r < std::min(ranks, first + group); ++r) local.push_back(r);
+  auto levels = std::make_unique<Hierarchy>();
+  levels->local = SubTransport::create(transport_, local, id_ + 1);
+  if (rank() == first) {
+    std::vector<int> leaders;
+    for (int r = 0; r < ranks; r += group) leaders.push_back(r);
+    levels->leaders = SubTransport::create(transport_, leaders, id_ + 2);
+  }
+  hierarchy_ = std::move(levels);
+  return *hierarchy_;
+}
+
+AlphaBeta Communicator::auto_model(const Call& call, Clock::time_point start) {
+  AutoModel& state = *auto_;
+  if (call.probe) {
+    Channel probe(*transport_, collective_tag(call.seq, call.tag, kPhaseProbe),
+                  start + call.timeout, options_.segment_bytes);
+    Stopwatch watch;
+    AlphaBeta model;
+    try {
+      model = measure_alpha_beta(probe);
+    } catch (const std::exception& e) {
+      {
+        std::lock_guard<std::mutex> lock(state.mu);
+        state.failure = e.what();
+      }
+      state.cv.notify_all();
+      throw;
+    }
+    OpStats stats;
+    stats.calls = 1;
+    stats.bytes_sent = probe.traffic().bytes_sent;
+    stats.bytes_received = probe.traffic().bytes_received;
+    stats.messages_sent = probe.traffic().messages_sent;
+    stats.messages_received = probe.traffic().messages_received;
+    stats.seconds = watch.seconds();
+    stats_.record("alpha_beta_probe", stats);
+    {
+      std::lock_guard<std::mutex> lock(state.mu);
+      state.model = model;
+      state.ready = true;
+    }
+    state.cv.notify_all();
+    if (rank() == 0) {
+      log::info(
+          "allreduce auto: measured alpha {:.3g} us, beta {:.3g} ns/byte ({:.2f} GB/s) in {:.1f} "
+          "ms",
+          model.alpha * 1e6, model.beta * 1e9, 1e-9 / model.beta, watch.seconds() * 1e3);
+    }
+    return model;
+  }
+  std::unique_lock<std::mutex> lock(state.mu);
+  if (!state.cv.wait_until(lock, start + call.timeout,
+                           [&] { return state.ready || !state.failure.empty(); })) {
+    throw CommTimeoutError(
+        fmt::format("waited {} ms for the alpha-beta measurement of the first auto allreduce",
+                    call.timeout.count()));
+  }
+  if (!state.ready) {
+    throw CommError("the alpha-beta measurement of the first auto allreduce failed: " +
+                    state.failure);
+  }
+  return state.model;
+}
+
 void Communicator::run(const Call& call) {
   const Clock::time_point start = Clock::now();
   Stopwatch watch;
   Channel channel(*transport_, collective_tag(call.seq, call.tag, kPhaseData), start + call.timeout,
                   options_.segment_bytes);
+  Traffic extra;
   try {
     if (options_.check_headers && size() > 1) check_header(call, start);
-    execute(call, channel);
+    execute(call, channel, extra);
   } catch (const CommError&) {
     rethrow_with(describe(call));
   }
   OpStats stats;
   stats.calls = 1;
-  stats.bytes_sent = channel.traffic().bytes_sent;
-  stats.bytes_received = channel.traffic().bytes_received;
-  stats.messages_sent = channel.traffic().messages_sent;
-  stats.messages_received = channel.traffic().messages_received;
+  stats.bytes_sent = channel.traffic().bytes_sent + extra.bytes_sent;
+  stats.bytes_received = channel.traffic().bytes_received + extra.bytes_received;
+  stats.messages_sent = channel.traffic().messages_sent + extra.messages_sent;
+  stats.messages_received = channel.traffic().messages_received + extra.messages_received;
   stats.seconds = watch.seconds();
   stats_.record(kind_name(call.kind), stats);
 }
@@ -401,8 +661,9 @@ void Communicator::point_to_point(bool is_send, void* data, std::int64_t count, 
     throw ConfigError(
         fmt::format("rank {}: {}: peer {} out of range [0, {})", rank(), what, peer, size()));
   }
-  if (tag >= kPointToPointBit) {
-    throw ConfigError(fmt::format("rank {}: {}: tag {:#x} must be below 2^63", rank(), what, tag));
+  if (tag >= kPointToPointTagLimit) {
+    throw ConfigError(fmt::format("rank {}: {}: tag {:#x} must be below 2^{}", rank(), what, tag,
+                                  kCommunicatorIdShift));
   }
   const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
   Stopwatch watch;
@@ -471,6 +732,63 @@ void Communicator::reduce_scatter(const void* input, void* output, std::int64_t 
   run(make_call(Kind::kReduceScatter, input, output, count, dtype, op, 0, options));
 }
 
+void Communicator::scatter(const void* input, void* output, std::int64_t count, DType dtype,
+                           int root, const CollectiveOptions& options) {
+  run(make_call(Kind::kScatter, input, output, count, dtype, ReduceOp::kSum, root, options));
+}
+
+void Communicator::gather(const void* input, void* output, std::int64_t count, DType dtype,
+                          int root, const CollectiveOptions& options) {
+  run(make_call(Kind::kGather, input, output, count, dtype, ReduceOp::kSum, root, options));
+}
+
+void Communicator::alltoall(const void* input, void* output, std::int64_t count, DType dtype,
+                            const CollectiveOptions& options) {
+  run(make_call(Kind::kAlltoall, input, output, count, dtype, ReduceOp::kSum, 0, options));
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  return split(color, key, options_);
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key, CommOptions options) {
+  // Every rank contributes (color, key, the smallest id it may hand out); the new id is the
+  // largest of those over all ranks here. A communicator that shares a rank s with an older one
+  // was created after s raised its next id above the older one's ids, so ids of communicators that
+  // share a rank always differ; siblings of one split share the id but no rank.
+  constexpr std::int64_t kFields = 3;
+  const std::array<std::int64_t, kFields> mine{color < 0 ? kUndefinedColor : color, key,
+                                               static_cast<std::int64_t>(next_id_->load())};
+  std::vector<std::int64_t> table(static_cast<std::size_t>(kFields * size()));
+  run(make_call(Kind::kSplit, mine.data(), table.data(), kFields, DType::kI64, ReduceOp::kSum, 0,
+                {}));
+  std::uint64_t id = 0;
+  std::vector<std::pair<std::int64_t, int>> members;  // (key, rank here) of my color
+  for (int r = 0; r < size(); ++r) {
+    const std::int64_t* row = table.data() + kFields * r;
+    id = std::max(id, static_cast<std::uint64_t>(row[2]));
+    if (row[0] >= 0 && row[0] == mine[0]) members.emplace_back(row[1], r);
+  }
+  if (id + kIdsPerCommunicator - 1 > kMaxCommunicatorId) {
+    throw ConfigError(
+        fmt::format("rank {}: split: communicator ids exhausted ({} of {} used): create fewer "
+                    "sub-communicators",
+                    rank(), id, kMaxCommunicatorId));
+  }
+  std::uint64_t seen = next_id_->load();
+  while (seen < id + kIdsPerCommunicator &&
+         !next_id_->compare_exchange_weak(seen, id + kIdsPerCommunicator)) {
+  }
+  if (color < 0) return nullptr;
+  std::sort(members.begin(), members.end());
+  std::vector<int> ranks;
+  for (const auto& member : members) ranks.push_back(member.second);
+  auto child = std::make_unique<Communicator>(SubTransport::create(transport_, ranks, id),
+                                              std::move(options));
+  child->next_id_ = next_id_;
+  return child;
+}
+
 Work Communicator::barrier_async(const CollectiveOptions& options) {
   return submit(
       make_call(Kind::kBarrier, nullptr, nullptr, 0, DType::kU8, ReduceOp::kMax, 0, options));
@@ -495,6 +813,24 @@ Work Communicator::allreduce_async(const void* input, void* output, std::int64_t
 Work Communicator::reduce_async(const void* input, void* output, std::int64_t count, DType dtype,
                                 ReduceOp op, int root, const CollectiveOptions& options) {
   return submit(make_call(Kind::kReduce, input, output, count, dtype, op, root, options));
+}
+
+Work Communicator::scatter_async(const void* input, void* output, std::int64_t count, DType dtype,
+                                 int root, const CollectiveOptions& options) {
+  return submit(
+      make_call(Kind::kScatter, input, output, count, dtype, ReduceOp::kSum, root, options));
+}
+
+Work Communicator::gather_async(const void* input, void* output, std::int64_t count, DType dtype,
+                                int root, const CollectiveOptions& options) {
+  return submit(
+      make_call(Kind::kGather, input, output, count, dtype, ReduceOp::kSum, root, options));
+}
+
+Work Communicator::alltoall_async(const void* input, void* output, std::int64_t count, DType dtype,
+                                  const CollectiveOptions& options) {
+  return submit(
+      make_call(Kind::kAlltoall, input, output, count, dtype, ReduceOp::kSum, 0, options));
 }
 
 Work Communicator::allgather_async(const void* input, void* output, std::int64_t count, DType dtype,

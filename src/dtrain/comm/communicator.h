@@ -1,7 +1,8 @@
-// The collectives every parallel strategy uses, over any Transport: rank, size, point-to-point
-// send/recv, barrier, broadcast, allreduce (in and out of place), reduce, allgather and
-// reduce-scatter, each also as *_async returning a Work. Buffers are raw typed memory
-// (data, count, DType[, ReduceOp]); tensors never cross into comm/.
+// The collectives every parallel strategy uses, over any Transport: rank, size, split into
+// sub-communicators, point-to-point send/recv, barrier, broadcast, scatter, gather, allreduce (in
+// and out of place), reduce, allgather, reduce-scatter and alltoall, each also as *_async
+// returning a Work. Buffers are raw typed memory (data, count, DType[, ReduceOp]); tensors never
+// cross into comm/.
 //
 // Every collective call takes the next sequence number of this communicator (all ranks must call
 // collectives in the same order, as in MPI); its messages carry a tag derived from that number, so
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "dtrain/base/dtype.h"
@@ -30,6 +32,8 @@
 namespace dtrain::comm {
 
 class Channel;
+struct Traffic;
+struct AlphaBeta;
 
 // DTRAIN_COMM_TIMEOUT_MS if set (a positive integer), else 60 s.
 std::chrono::milliseconds default_comm_timeout();
@@ -44,7 +48,25 @@ struct CommOptions {
   std::string allreduce_algorithm = "ring";
   // Largest message of pipelined algorithms; tests make it tiny to force many segments.
   std::size_t segment_bytes = std::size_t{1} << 20;
+  // Group size of the "hierarchical" allreduce: groups of local_size consecutive ranks (the
+  // threads of one process, the ranks of one node), the last one smaller when it does not divide
+  // P. 0 means the whole communicator is one group (the transport does not tell dtrain which ranks
+  // share a node), which makes hierarchical a binomial reduce and broadcast.
+  int local_size = 0;
+  // The alpha-beta model of the "auto" allreduce (algorithms/cost_model.h): both > 0 use these
+  // figures; both 0 (the default) measure them at the first auto call of this communicator.
+  double alpha_us = 0.0;
+  double beta_us_per_byte = 0.0;
+  // Stall inspector (Horovod's): when rank 0 has waited this long for the other ranks to arrive at
+  // a collective, it logs a warning naming the collective and the ranks not yet there; the
+  // deadline (timeout) later fails the call if they never come. Zero turns the warning off. Needs
+  // check_headers (the arrivals are the headers).
+  std::chrono::milliseconds stall_warning{10000};
 };
+
+// Communicator::split's color for ranks that join no sub-communicator (MPI_UNDEFINED): any
+// negative color.
+inline constexpr int kUndefinedColor = -1;
 
 struct CollectiveOptions {
   // Allreduce: one of allreduce_algorithms(); empty means CommOptions::allreduce_algorithm. The
@@ -53,6 +75,8 @@ struct CollectiveOptions {
   std::string algorithm;
   // Zero means CommOptions::timeout.
   std::chrono::milliseconds timeout{0};
+  // Buffers are ignored on the ranks where a collective neither reads nor writes them (scatter's
+  // input and gather's output off the root): they may be null there.
   // Folded into the message tags and checked across ranks; lets a caller label independent
   // streams of collectives.
   std::uint16_t tag = 0;
@@ -68,14 +92,27 @@ class Communicator {
 
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
+  // 0 for a communicator over a world transport; the id split agreed on for a sub-communicator
+  // (the tag bits that keep its traffic apart, transport/sub_transport.h).
+  std::uint64_t id() const { return id_; }
   const CommOptions& options() const { return options_; }
   Transport& transport() { return *transport_; }
   CommStats& stats() { return stats_; }
 
-  // Blocking point-to-point with the communicator's deadline; `tag` < 2^63, matched FIFO per
+  // Blocking point-to-point with the communicator's deadline; `tag` < 2^47, matched FIFO per
   // (peer, tag); never mixes with collective traffic.
   void send(const void* data, std::int64_t count, DType dtype, int peer, std::uint64_t tag = 0);
   void recv(void* data, std::int64_t count, DType dtype, int peer, std::uint64_t tag = 0);
+
+  // Collective over this communicator: the ranks that pass the same color >= 0 form a new
+  // communicator, ordered by (key, rank here); a negative color (kUndefinedColor) returns null.
+  // Options are this communicator's unless given. The child has its own sequence numbers and
+  // async thread and runs beside its parent; its traffic never matches the parent's or any other
+  // communicator's that shares ranks (a communicator id agreed here folds into every tag). Cost:
+  // one allgather of 3 x i64 (counted under "split"). Splits of communicators that share a rank
+  // must not run at the same time on two threads of that rank (as in MPI).
+  std::unique_ptr<Communicator> split(int color, int key);
+  std::unique_ptr<Communicator> split(int color, int key, CommOptions options);
 
   void barrier(const CollectiveOptions& options = {});
   // data: (count) at every rank; root's values end up everywhere.
@@ -87,6 +124,18 @@ class Communicator {
   // input, output: (count); the same pointer or disjoint buffers.
   void allreduce(const void* input, void* output, std::int64_t count, DType dtype, ReduceOp op,
                  const CollectiveOptions& options = {});
+  // input: (P x count) at root, block r for rank r (may be null elsewhere); output: (count)
+  // everywhere. In place at the root: output = input + root x count.
+  void scatter(const void* input, void* output, std::int64_t count, DType dtype, int root,
+               const CollectiveOptions& options = {});
+  // input: (count) everywhere; output: (P x count) at root only (may be null elsewhere), rank r's
+  // input in block r. In place at the root: input = output + root x count.
+  void gather(const void* input, void* output, std::int64_t count, DType dtype, int root,
+              const CollectiveOptions& options = {});
+  // input, output: (P x count); block j of rank r's input lands in block r of rank j's output.
+  // In place: input == output.
+  void alltoall(const void* input, void* output, std::int64_t count, DType dtype,
+                const CollectiveOptions& options = {});
   // input: (count) everywhere; output: (count), written at root only (may be null elsewhere).
   void reduce(const void* input, void* output, std::int64_t count, DType dtype, ReduceOp op,
               int root, const CollectiveOptions& options = {});
@@ -108,6 +157,12 @@ class Communicator {
                        ReduceOp op, const CollectiveOptions& options = {});
   Work reduce_async(const void* input, void* output, std::int64_t count, DType dtype, ReduceOp op,
                     int root, const CollectiveOptions& options = {});
+  Work scatter_async(const void* input, void* output, std::int64_t count, DType dtype, int root,
+                     const CollectiveOptions& options = {});
+  Work gather_async(const void* input, void* output, std::int64_t count, DType dtype, int root,
+                    const CollectiveOptions& options = {});
+  Work alltoall_async(const void* input, void* output, std::int64_t count, DType dtype,
+                      const CollectiveOptions& options = {});
   Work allgather_async(const void* input, void* output, std::int64_t count, DType dtype,
                        const CollectiveOptions& options = {});
   Work reduce_scatter_async(const void* input, void* output, std::int64_t count, DType dtype,
@@ -120,7 +175,11 @@ class Communicator {
     kAllreduce,
     kReduce,
     kAllgather,
-    kReduceScatter
+    kReduceScatter,
+    kScatter,
+    kGather,
+    kAlltoall,
+    kSplit
   };
 
  private:
@@ -136,13 +195,21 @@ class Communicator {
     std::chrono::milliseconds timeout{0};
     std::uint16_t tag = 0;
     std::uint64_t seq = 0;
+    // auto allreduce: this call measures alpha and beta (the first auto call; others wait).
+    bool probe = false;
   };
+  struct Hierarchy;
+  struct AutoModel;
 
   // Validates the arguments (ConfigError / ShapeError) and takes the next sequence number.
   Call make_call(Kind kind, const void* input, void* output, std::int64_t count, DType dtype,
                  ReduceOp op, int root, const CollectiveOptions& options);
   void run(const Call& call);
-  void execute(const Call& call, Channel& channel);
+  // `extra`: traffic on channels other than `channel` (hierarchical's sub-transports).
+  void execute(const Call& call, Channel& channel, Traffic& extra);
+  void run_allreduce(const Call& call, Channel& channel, Traffic& extra);
+  const Hierarchy& hierarchy();
+  AlphaBeta auto_model(const Call& call, std::chrono::steady_clock::time_point start);
   void check_header(const Call& call, std::chrono::steady_clock::time_point start);
   std::string describe(const Call& call) const;
   Work submit(Call call);
@@ -153,6 +220,14 @@ class Communicator {
   CommOptions options_;
   CommStats stats_;
   std::atomic<std::uint64_t> next_seq_{0};
+  std::uint64_t id_ = 0;
+  std::string label_;  // "rank r", or "rank r of communicator i (world rank w)": error prefixes
+  // The smallest communicator id this rank may hand out next, shared by every communicator split
+  // from the same world communicator at this rank (split).
+  std::shared_ptr<std::atomic<std::uint64_t>> next_id_;
+  std::mutex hierarchy_mu_;
+  std::unique_ptr<Hierarchy> hierarchy_;
+  std::unique_ptr<AutoModel> auto_;
   TaskQueue queue_;  // last: destroyed first, while everything it uses is alive
 };
 

@@ -8,12 +8,16 @@
 namespace dtrain::comm {
 namespace {
 
-constexpr std::array<AllreduceAlgorithm, 5> kAllreduceAlgorithms{{
+constexpr std::array<AllreduceAlgorithm, 9> kAllreduceAlgorithms{{
     {"ring", allreduce_ring},
     {"parameter-server", allreduce_parameter_server},
     {"sharded-ps", allreduce_sharded_ps},
     {"tree", allreduce_tree},
     {"halving-doubling", allreduce_halving_doubling},
+    {"double-binary-tree", allreduce_double_binary_tree},
+    {kHierarchicalAllreduce, nullptr},
+    {kNativeAllreduce, allreduce_native},
+    {kAutoAllreduce, nullptr},
 }};
 
 }  // namespace

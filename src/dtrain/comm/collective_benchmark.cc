@@ -14,6 +14,7 @@
 #include "dtrain/comm/communicator.h"
 #include "dtrain/comm/half.h"
 #include "dtrain/comm/spawn_ranks.h"
+#include "dtrain/comm/transport/mpi/world.h"
 
 namespace dtrain::comm {
 namespace {
@@ -63,6 +64,11 @@ std::string join(const std::vector<std::string>& names) {
 std::vector<std::string> allreduce_names() {
   std::vector<std::string> names;
   for (const auto& algorithm : allreduce_algorithms()) names.emplace_back(algorithm.name);
+  return names;
+}
+
+const std::vector<std::string>& transport_names() {
+  static const std::vector<std::string> names = {"inproc", "mpi"};
   return names;
 }
 
@@ -160,55 +166,59 @@ void run_configuration(const CollectiveBenchmarkOptions& options, const std::str
                        const std::function<void(const CollectiveBenchmarkRow&)>& report) {
   CommOptions comm_options;
   comm_options.check_headers = false;
-  spawn_ranks(
-      ranks,
-      [&](Communicator& comm) {
-        CollectiveOptions call;
-        call.algorithm = algorithm;
-        for (std::int64_t size : options.sizes) {
-          Buffers b = make_buffers(op, size, options.dtype, ranks);
-          const bool correct =
-              !options.check_correctness || check_once(comm, op, b, options.dtype, call);
-          // Zeros for the timed calls: repeated sums stay finite and cost what real data costs.
-          std::fill(b.input.begin(), b.input.end(), std::byte{0});
-          std::fill(b.output.begin(), b.output.end(), std::byte{0});
+  comm_options.segment_bytes = options.segment_bytes;
+  const std::function<void(Communicator&)> body = [&](Communicator& comm) {
+    CollectiveOptions call;
+    call.algorithm = algorithm;
+    for (std::int64_t size : options.sizes) {
+      Buffers b = make_buffers(op, size, options.dtype, ranks);
+      const bool correct =
+          !options.check_correctness || check_once(comm, op, b, options.dtype, call);
+      // Zeros for the timed calls: repeated sums stay finite and cost what real data costs.
+      std::fill(b.input.begin(), b.input.end(), std::byte{0});
+      std::fill(b.output.begin(), b.output.end(), std::byte{0});
 
-          const int probes = std::max(1, options.warmup);
-          comm.barrier();
-          Stopwatch probe;
-          for (int i = 0; i < probes; ++i) call_op(comm, op, b, options.dtype, call);
-          const double probe_seconds = max_over_ranks(comm, probe.seconds() / probes);
-          std::int64_t iterations = options.iterations;
-          if (iterations <= 0) {
-            const double wanted = options.target_seconds / std::max(probe_seconds, 1e-9);
-            iterations = std::clamp(static_cast<std::int64_t>(std::min(wanted, 1e12)),
-                                    options.min_iterations, options.max_iterations);
-          }
+      const int probes = std::max(1, options.warmup);
+      comm.barrier();
+      Stopwatch probe;
+      for (int i = 0; i < probes; ++i) call_op(comm, op, b, options.dtype, call);
+      const double probe_seconds = max_over_ranks(comm, probe.seconds() / probes);
+      std::int64_t iterations = options.iterations;
+      if (iterations <= 0) {
+        const double wanted = options.target_seconds / std::max(probe_seconds, 1e-9);
+        iterations = std::clamp(static_cast<std::int64_t>(std::min(wanted, 1e12)),
+                                options.min_iterations, options.max_iterations);
+      }
 
-          comm.barrier();
-          Stopwatch watch;
-          for (std::int64_t i = 0; i < iterations; ++i) call_op(comm, op, b, options.dtype, call);
-          const double seconds =
-              max_over_ranks(comm, watch.seconds() / static_cast<double>(iterations));
-          if (comm.rank() != 0) continue;
+      comm.barrier();
+      Stopwatch watch;
+      for (std::int64_t i = 0; i < iterations; ++i) call_op(comm, op, b, options.dtype, call);
+      const double seconds =
+          max_over_ranks(comm, watch.seconds() / static_cast<double>(iterations));
+      if (comm.rank() != 0) continue;
 
-          CollectiveBenchmarkRow row;
-          row.op = op;
-          row.algorithm = algorithm.empty() ? fixed_algorithm(op) : algorithm;
-          row.transport = options.transport;
-          row.ranks = ranks;
-          row.count = b.count;
-          row.size = b.count * static_cast<std::int64_t>(dtype_size(options.dtype));
-          row.dtype = std::string(dtype_name(options.dtype));
-          row.iterations = iterations;
-          row.time_us = seconds * 1e6;
-          row.algbw = static_cast<double>(row.size) / seconds / 1e9;
-          row.busbw = row.algbw * bus_bandwidth_factor(op, ranks);
-          row.correct = correct;
-          report(row);
-        }
-      },
-      comm_options);
+      CollectiveBenchmarkRow row;
+      row.op = op;
+      row.algorithm = algorithm.empty() ? fixed_algorithm(op) : algorithm;
+      row.transport = options.transport;
+      row.ranks = ranks;
+      row.count = b.count;
+      row.size = b.count * static_cast<std::int64_t>(dtype_size(options.dtype));
+      row.dtype = std::string(dtype_name(options.dtype));
+      row.iterations = iterations;
+      row.time_us = seconds * 1e6;
+      row.algbw = static_cast<double>(row.size) / seconds / 1e9;
+      row.busbw = row.algbw * bus_bandwidth_factor(op, ranks);
+      row.correct = correct;
+      report(row);
+    }
+  };
+  if (options.transport == "mpi") {
+    Communicator comm(mpi_world_transport(), comm_options);
+    body(comm);
+  } else {
+    spawn_ranks(ranks, body, comm_options);
+  }
 }
 
 }  // namespace
@@ -241,17 +251,26 @@ void validate_collective_benchmark_options(const CollectiveBenchmarkOptions& opt
                                     join(benchmark_ops())));
     }
   }
-  const auto names = allreduce_names();
+  if (std::find(transport_names().begin(), transport_names().end(), options.transport) ==
+      transport_names().end()) {
+    throw ConfigError(fmt::format("collective benchmark: unknown transport '{}'; accepted: {}",
+                                  options.transport, join(transport_names())));
+  }
+  if (options.transport == "mpi" && !launched_by_mpirun()) {
+    throw ConfigError(
+        "collective benchmark: transport 'mpi' runs on the processes of an MPI job; start it "
+        "with `mpirun -np N dtrain bench collectives ...` (or srun --mpi=pmix)");
+  }
+  const auto names = default_benchmark_algorithms(options.transport);
   for (const auto& algorithm : options.algorithms) {
     if (std::find(names.begin(), names.end(), algorithm) == names.end()) {
-      throw ConfigError(
-          fmt::format("collective benchmark: unknown allreduce algorithm '{}'; accepted: {}",
-                      algorithm, join(names)));
+      throw ConfigError(fmt::format(
+          "collective benchmark: unknown allreduce algorithm '{}' for transport {}; accepted: {}",
+          algorithm, options.transport, join(names)));
     }
   }
-  if (options.transport != "inproc") {
-    throw ConfigError(fmt::format("collective benchmark: unknown transport '{}'; accepted: inproc",
-                                  options.transport));
+  if (options.segment_bytes == 0) {
+    throw ConfigError("collective benchmark: segment size 0 is not >= 1 byte");
   }
   for (int p : options.ranks) {
     if (p < 1) throw ConfigError(fmt::format("collective benchmark: ranks {} is not >= 1", p));
@@ -263,6 +282,15 @@ void validate_collective_benchmark_options(const CollectiveBenchmarkOptions& opt
     throw ConfigError(fmt::format("collective benchmark: iteration bounds [{}, {}] are not valid",
                                   options.min_iterations, options.max_iterations));
   }
+}
+
+std::vector<std::string> default_benchmark_algorithms(std::string_view transport) {
+  std::vector<std::string> names;
+  for (const auto& name : allreduce_names()) {
+    if (name == kNativeAllreduce && transport != "mpi") continue;
+    names.push_back(name);
+  }
+  return names;
 }
 
 void fit_line(const std::vector<double>& x, const std::vector<double>& y, double& alpha,
@@ -318,8 +346,20 @@ std::vector<CollectiveBenchmarkRow> run_collective_benchmark(
     rows.push_back(row);
     if (on_row) on_row(row);
   };
-  const std::vector<std::string> algorithms =
-      options.algorithms.empty() ? allreduce_names() : options.algorithms;
+  if (options.transport == "mpi") {
+    const int world = mpi_world_size();
+    if (options.ranks != std::vector<int>{world}) {
+      std::string given;
+      for (int p : options.ranks) given += fmt::format("{}{}", given.empty() ? "" : ",", p);
+      throw ConfigError(fmt::format(
+          "collective benchmark: ranks {} under MPI: the ranks are the {} processes of this job "
+          "(mpirun -np {}); give --ranks {} or leave it out",
+          given, world, world, world));
+    }
+  }
+  const std::vector<std::string> algorithms = options.algorithms.empty()
+                                                  ? default_benchmark_algorithms(options.transport)
+                                                  : options.algorithms;
   for (const auto& op : options.ops) {
     for (const auto& algorithm :
          op == "allreduce" ? algorithms : std::vector<std::string>{std::string()}) {

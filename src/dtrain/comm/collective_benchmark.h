@@ -2,12 +2,14 @@
 // collective x algorithm x P x size, in the manner of nccl-tests, plus an alpha-beta fit per
 // (op, algorithm, P). Reusable from tests and other tools; printing is the caller's business.
 //
-// Method: for each configuration, spawn_ranks(P) starts a world (inproc for now) with the header
-// check off; each size gets one correctness call on known values, `warmup` untimed calls, then,
-// after a barrier, `iterations` timed calls. time per call = max over ranks of elapsed /
-// iterations (the slowest rank bounds a collective). algbw = size / time, busbw = algbw x factor
-// (nccl-tests: allreduce 2(P-1)/P, allgather and reduce_scatter (P-1)/P, broadcast 1), so busbw
-// is comparable across P and with the link bandwidth.
+// Method: for each configuration, a world with the header check off: spawn_ranks(P) threads over
+// inproc, or, for "mpi", the processes of the `mpirun -np P` job this program runs in (a fresh
+// transport per configuration; every process runs the same configurations, rank 0 reports); each
+// size gets one correctness call on known values, `warmup` untimed calls, then, after a barrier,
+// `iterations` timed calls. time per call = max over ranks of elapsed / iterations (the slowest
+// rank bounds a collective). algbw = size / time, busbw = algbw x factor (nccl-tests: allreduce
+// 2(P-1)/P, allgather and reduce_scatter (P-1)/P, broadcast 1), so busbw is comparable across P and
+// with the link bandwidth.
 #pragma once
 
 #include <cstdint>
@@ -32,12 +34,16 @@ double bus_bandwidth_factor(std::string_view op, int ranks);
 struct CollectiveBenchmarkOptions {
   // Subset of benchmark_ops(), run in this order.
   std::vector<std::string> ops = benchmark_ops();
-  // Allreduce algorithms (allreduce_algorithms() names); empty means all of them. The other ops
-  // have one algorithm each ("binomial" broadcast, "ring" allgather/reduce_scatter).
+  // Allreduce algorithms (allreduce_algorithms() names); empty means all that run on the
+  // transport ("native" only on mpi). The other ops have one algorithm each ("binomial" broadcast,
+  // "ring" allgather/reduce_scatter).
   std::vector<std::string> algorithms;
-  // Only "inproc" (spawn_ranks threads) so far.
+  // "inproc" (spawn_ranks threads) or "mpi" (the processes of an mpirun job: launched_by_mpirun()
+  // must be true, and `ranks` must be exactly {the job's size}).
   std::string transport = "inproc";
   std::vector<int> ranks = {2};
+  // CommOptions::segment_bytes of the benchmarked communicators.
+  std::size_t segment_bytes = std::size_t{1} << 20;
   // Bytes per rank of the largest buffer of a call (see CollectiveBenchmarkRow::size).
   std::vector<std::int64_t> sizes = default_benchmark_sizes();
   DType dtype = DType::kF32;
@@ -92,13 +98,19 @@ std::vector<AlphaBetaFit> fit_alpha_beta(const std::vector<CollectiveBenchmarkRo
 
 // Runs every op x algorithm x P x size of `options`; calls on_row after each size (for printing
 // as it goes) and returns all rows. ConfigError for unknown ops, algorithms, transports, a P < 1
-// or a size < 1.
+// or a size < 1, and for mpi a P other than the job's size. Under mpi only rank 0 gets rows (and
+// on_row calls); the others return an empty list.
 std::vector<CollectiveBenchmarkRow> run_collective_benchmark(
     const CollectiveBenchmarkOptions& options,
     const std::function<void(const CollectiveBenchmarkRow&)>& on_row = {});
 
 // Throws ConfigError unless every op, algorithm and the transport of `options` are known (the
-// message names the accepted values); cheap, so a CLI can validate before starting.
+// message names the accepted values), and for mpi unless the process runs under mpirun; cheap (it
+// does not start MPI), so a CLI can validate before starting.
 void validate_collective_benchmark_options(const CollectiveBenchmarkOptions& options);
+
+// The allreduce algorithms run when `options.algorithms` is empty: every registered one that works
+// on `transport` (all but "native" on inproc).
+std::vector<std::string> default_benchmark_algorithms(std::string_view transport);
 
 }  // namespace dtrain::comm

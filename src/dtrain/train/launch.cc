@@ -3,12 +3,16 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 
+#include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
 #include "dtrain/base/thread_pool.h"
+#include "dtrain/comm/spawn_process_ranks.h"
 #include "dtrain/comm/spawn_ranks.h"
+#include "dtrain/comm/transport/mpi/world.h"
 
 namespace dtrain::train {
 namespace {
@@ -20,12 +24,52 @@ comm::CommOptions comm_options(const Config& config) {
         static_cast<std::int64_t>(config.parallel.comm_timeout_seconds * 1000.0));
   }
   options.allreduce_algorithm = config.parallel.allreduce;
+  options.stall_warning = std::chrono::milliseconds(
+      static_cast<std::int64_t>(config.parallel.stall_warning_seconds * 1000.0));
+  // The hierarchical allreduce's groups: the threads of one process.
+  options.local_size = static_cast<int>(config.parallel.workers);
   return options;
+}
+
+// Under mpirun: this process's parallel.workers threads are ranks of the whole job. A failure is
+// printed here and ends the job at once through MPI_Abort: a plain exit would leave the other
+// processes waiting for their deadlines.
+RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
+  RunSummary summary;
+  std::mutex summary_mutex;
+  try {
+    auto data = std::make_shared<const RunData>(load_run_data(config.data));
+    comm::spawn_process_ranks(
+        static_cast<int>(config.parallel.workers),
+        [&](comm::Communicator& comm) {
+          log::set_rank(comm.rank(), comm.size());
+          ScopedComputePool pool(static_cast<int>(config.train.threads));
+          TrainerOptions rank_options = options;
+          rank_options.comm = &comm;
+          rank_options.data = data;
+          Trainer trainer(config, rank_options);
+          RunSummary mine = trainer.run();
+          if (comm.rank() == 0) {
+            std::lock_guard<std::mutex> lock(summary_mutex);
+            summary = std::move(mine);
+          }
+        },
+        comm_options(config));
+  } catch (const std::exception& e) {
+    std::string message = e.what();
+    for (char& ch : message) ch = ch == '\n' ? ' ' : ch;
+    fmt::print(stderr, "error: process {} of {}: {}\n", comm::mpi_world_rank(),
+               comm::mpi_world_size(), message);
+    std::fflush(stderr);
+    comm::mpi_abort(dynamic_cast<const InternalError*>(&e) != nullptr ? 3 : 2);
+  }
+  return summary;
 }
 
 }  // namespace
 
 RunSummary run_training(const Config& config, const TrainerOptions& options) {
+  if (comm::launched_by_mpirun()) return run_under_mpi(config, options);
   const auto workers = static_cast<int>(config.parallel.workers);
   if (workers == 1) {
     Trainer trainer(config, options);

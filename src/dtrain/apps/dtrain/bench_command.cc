@@ -2,7 +2,8 @@
 //   dtrain bench train   training samples/s per model and thread count (train/train_benchmark.h)
 //   dtrain bench gemm    tensor::gemm GFLOP/s at 1024^3 and at the training step's shapes
 //   dtrain bench collectives  time, algbw and busbw per collective x algorithm x P x size
-//                        (comm/collective_benchmark.h), nccl-tests style, plus alpha-beta fits
+//                        (comm/collective_benchmark.h), nccl-tests style, plus alpha-beta fits;
+//                        under `mpirun -np N` over the mpi transport, printed by rank 0
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "dtrain/base/thread_pool.h"
 #include "dtrain/base/timer.h"
 #include "dtrain/comm/collective_benchmark.h"
+#include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/tensor/gemm.h"
 #include "dtrain/train/train_benchmark.h"
 
@@ -117,7 +119,7 @@ void run_bench_gemm(const std::vector<int>& thread_counts, int repeats, bool jso
 }
 
 // "4", "4K", "4M", "1G" (binary multiples) -> bytes; ConfigError naming the flag otherwise.
-std::int64_t parse_size(const std::string& text) {
+std::int64_t parse_size(const std::string& text, std::string_view flag = "--sizes") {
   std::size_t used = 0;
   long long value = -1;
   try {
@@ -137,16 +139,18 @@ std::int64_t parse_size(const std::string& text) {
     used = 0;
   if (used == 0 || value < 1) {
     throw ConfigError(fmt::format(
-        "--sizes: '{}' is not a positive byte count; use e.g. 4,4K,4M,64M (K/M/G = 2^10/2^20/2^30)",
-        text));
+        "{}: '{}' is not a positive byte count; use e.g. 4,4K,4M,64M (K/M/G = 2^10/2^20/2^30)",
+        flag, text));
   }
   return static_cast<std::int64_t>(value) * scale;
 }
 
-// nccl-tests-style table (or JSON rows), then the alpha-beta fit per (op, algorithm, P).
+// nccl-tests-style table (or JSON rows), then the alpha-beta fit per (op, algorithm, P). Under
+// mpi every process runs it and only rank 0 prints.
 void run_bench_collectives(const comm::CollectiveBenchmarkOptions& options, bool json) {
   comm::validate_collective_benchmark_options(options);
-  if (!json) {
+  const bool printer = options.transport != "mpi" || comm::mpi_world_rank() == 0;
+  if (!json && printer) {
     fmt::print(
         "# dtrain bench collectives: time per call = max over ranks; busbw factors: "
         "allreduce 2(P-1)/P, allgather/reduce_scatter (P-1)/P, broadcast 1\n");
@@ -164,6 +168,7 @@ void run_bench_collectives(const comm::CollectiveBenchmarkOptions& options, bool
             row.iterations, row.time_us, row.algbw, row.busbw, row.correct ? "yes" : "NO");
         std::fflush(stdout);
       });
+  if (!printer) return;
   const auto fits = comm::fit_alpha_beta(rows);
   if (json) {
     nlohmann::json out = nlohmann::json::array();
@@ -206,6 +211,7 @@ Command add_bench_command(CLI::App& app) {
     int gemm_repeats = 5;
     comm::CollectiveBenchmarkOptions collectives;
     std::vector<std::string> collective_sizes;
+    std::string collective_segment;
     bool json = false;
   };
   auto flags = std::make_shared<Flags>();
@@ -261,12 +267,19 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   coll_cmd
       ->add_option("--algorithm", flags->collectives.algorithms,
-                   "allreduce algorithms (default: all of ring, parameter-server, sharded-ps, "
-                   "tree, halving-doubling)")
+                   "allreduce algorithms (default: every registered one that runs on the "
+                   "transport; 'native', MPI's own, only on mpi)")
       ->delimiter(',');
-  coll_cmd->add_option("--transport", flags->collectives.transport, "transport (inproc)")
+  coll_cmd
+      ->add_option("--transport", flags->collectives.transport,
+                   "inproc (ranks are threads) or mpi (the processes of `mpirun -np N`; the "
+                   "default when started by mpirun)")
       ->capture_default_str();
-  coll_cmd->add_option("--ranks", flags->collectives.ranks, "rank counts P")
+  coll_cmd->add_option("--segment", flags->collective_segment,
+                       "largest message of pipelined algorithms, bytes with K/M/G (default 1M)");
+  coll_cmd
+      ->add_option("--ranks", flags->collectives.ranks,
+                   "rank counts P (under mpi: the job's size, the default)")
       ->delimiter(',')
       ->capture_default_str();
   coll_cmd
@@ -296,7 +309,31 @@ Command add_bench_command(CLI::App& app) {
                        throw ConfigError(
                            fmt::format("--iters: {} is not >= 1", flags->collectives.iterations));
                      }
-                     run_bench_collectives(flags->collectives, flags->json);
+                     if (!flags->collective_segment.empty()) {
+                       flags->collectives.segment_bytes = static_cast<std::size_t>(
+                           parse_size(flags->collective_segment, "--segment"));
+                     }
+                     auto& collectives = flags->collectives;
+                     if (coll_cmd->count("--transport") == 0 && comm::launched_by_mpirun()) {
+                       collectives.transport = "mpi";
+                     }
+                     if (collectives.transport != "mpi") {
+                       run_bench_collectives(collectives, flags->json);
+                       return 0;
+                     }
+                     // Under MPI a rank that fails takes the job down at once (mpi_abort), so
+                     // the others never wait for their deadlines.
+                     try {
+                       comm::validate_collective_benchmark_options(collectives);
+                       if (coll_cmd->count("--ranks") == 0) {
+                         collectives.ranks = {comm::mpi_world_size()};
+                       }
+                       run_bench_collectives(collectives, flags->json);
+                     } catch (const std::exception& e) {
+                       fmt::print(stderr, "error: {}\n", e.what());
+                       std::fflush(stderr);
+                       comm::mpi_abort(1);
+                     }
                    }
                    return 0;
                  }};

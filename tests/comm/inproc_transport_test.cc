@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <numeric>
@@ -7,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm_test_values.h"
 #include "dtrain/comm/comm_error.h"
 #include "dtrain/comm/transport/inproc/transport.h"
 #include "dtrain/comm/transport/inproc/world.h"
@@ -202,6 +204,210 @@ TEST(InprocTransportTest, BadArgumentsAreConfigErrors) {
   int x = 0;
   EXPECT_THROW(world->transport(0)->isend(5, 0, &x, sizeof(x)), ConfigError);
   EXPECT_THROW(world->transport(0)->irecv(-1, 0, &x, sizeof(x)), ConfigError);
+}
+
+// Forwards isend/irecv only, so irecv_reduce takes Transport's default (receive into a
+// temporary, then reduce): the path every transport without a fused receive-reduce uses.
+class PlainTransport : public Transport {
+ public:
+  explicit PlainTransport(std::shared_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string_view name() const override { return "plain"; }
+  std::unique_ptr<Request> isend(int peer, std::uint64_t tag, const void* data,
+                                 std::size_t bytes) override {
+    return inner_->isend(peer, tag, data, bytes);
+  }
+  std::unique_ptr<Request> irecv(int peer, std::uint64_t tag, void* data,
+                                 std::size_t bytes) override {
+    return inner_->irecv(peer, tag, data, bytes);
+  }
+
+ private:
+  std::shared_ptr<Transport> inner_;
+};
+
+// Counts that take each path of the inproc transport: buffered (<= kEagerBytes), copied by the
+// thread that posts second (<= kCopyOnMatchBytes), claimed by the first owner to wait (larger);
+// odd counts leave a tail after any vector width.
+std::vector<std::int64_t> reduce_counts(DType dtype) {
+  const auto element = static_cast<std::int64_t>(dtype_size(dtype));
+  const auto eager = static_cast<std::int64_t>(InprocWorld::kEagerBytes) / element;
+  const auto copy_on_match = static_cast<std::int64_t>(InprocWorld::kCopyOnMatchBytes) / element;
+  return {1, 7, eager, eager + 1, 1001, copy_on_match + 1, 100003};
+}
+
+// Rank 1 reduces rank 0's message into its own contribution with irecv_reduce; checks the
+// result element by element against the closed form (kAvg reduces as a sum).
+void check_receive_reduce(Transport& sender, Transport& receiver, DType dtype, ReduceOp op,
+                          std::int64_t count, bool send_first) {
+  using namespace testing;
+  auto message = make_buffer(count, dtype);
+  auto acc = make_buffer(count, dtype);
+  fill_contribution(message, 0, 2, count, dtype, op);
+  fill_contribution(acc, 1, 2, count, dtype, op);
+  const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
+  const std::uint64_t tag = 40 + static_cast<std::uint64_t>(op);
+  std::unique_ptr<Request> send;
+  std::unique_ptr<Request> recv;
+  if (send_first) {
+    send = sender.isend(1, tag, message.data(), bytes);
+    recv = receiver.irecv_reduce(0, tag, acc.data(), bytes, dtype, op);
+  } else {
+    recv = receiver.irecv_reduce(0, tag, acc.data(), bytes, dtype, op);
+    send = sender.isend(1, tag, message.data(), bytes);
+  }
+  recv->wait(soon());
+  send->wait(soon());
+  const ReduceOp as = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  EXPECT_EQ(first_mismatch(acc.data(), 2, count, dtype, as), -1)
+      << receiver.name() << " " << dtype_name(dtype) << " " << reduce_op_name(op) << " count "
+      << count << (send_first ? " send first" : " receive first");
+  EXPECT_EQ(acc.back(), 0) << "wrote past the end";
+}
+
+TEST(InprocTransportTest, ReceiveReduceIsExactForEveryDtypeOpAndSizeFusedAndDefault) {
+  auto world = InprocWorld::create(2);
+  auto fused_sender = world->transport(0);
+  auto fused_receiver = world->transport(1);
+  PlainTransport plain_sender(world->transport(0));
+  PlainTransport plain_receiver(world->transport(1));
+  for (DType dtype : testing::kAllDTypes) {
+    for (ReduceOp op : testing::kAllOps) {
+      for (std::int64_t count : reduce_counts(dtype)) {
+        for (bool send_first : {true, false}) {
+          check_receive_reduce(*fused_sender, *fused_receiver, dtype, op, count, send_first);
+          check_receive_reduce(plain_sender, plain_receiver, dtype, op, count, send_first);
+        }
+      }
+    }
+  }
+}
+
+TEST(InprocTransportTest, ReceiveReduceFromAnotherThreadMatchesTheDefaultPath) {
+  // The same large reductions with the two ranks on two threads, so that matching, claiming and
+  // reducing race for real; the fused and default paths must give identical bytes.
+  constexpr std::int64_t kCount = 300001;
+  auto world = InprocWorld::create(2);
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kI64}) {
+    std::vector<std::vector<unsigned char>> results;
+    for (bool fused : {true, false}) {
+      auto message = testing::make_buffer(kCount, dtype);
+      auto acc = testing::make_buffer(kCount, dtype);
+      testing::fill_contribution(message, 0, 2, kCount, dtype, ReduceOp::kSum);
+      testing::fill_contribution(acc, 1, 2, kCount, dtype, ReduceOp::kSum);
+      const std::size_t bytes = static_cast<std::size_t>(kCount) * dtype_size(dtype);
+      std::thread sender(
+          [&] { world->transport(0)->isend(1, 5, message.data(), bytes)->wait(soon()); });
+      std::shared_ptr<Transport> receiver = world->transport(1);
+      if (!fused) receiver = std::make_shared<PlainTransport>(receiver);
+      receiver->irecv_reduce(0, 5, acc.data(), bytes, dtype, ReduceOp::kSum)->wait(soon());
+      sender.join();
+      EXPECT_EQ(testing::first_mismatch(acc.data(), 2, kCount, dtype, ReduceOp::kSum), -1)
+          << dtype_name(dtype) << (fused ? " fused" : " default");
+      results.push_back(acc);
+    }
+    EXPECT_EQ(results[0], results[1]) << dtype_name(dtype);
+  }
+}
+
+TEST(InprocTransportTest, ReceiveReduceNeedsTheExactSizeAndWholeElements) {
+  auto world = InprocWorld::create(2);
+  std::vector<float> message(1000, 1.0f);
+  std::vector<float> acc(1001, 2.0f);
+  // A longer reducing receive would leave elements unreduced: both sides fail, naming both sizes.
+  auto send = world->transport(0)->isend(1, 3, message.data(), 4000);
+  auto recv =
+      world->transport(1)->irecv_reduce(0, 3, acc.data(), 4004, DType::kF32, ReduceOp::kSum);
+  try {
+    recv->wait(soon());
+    FAIL() << "expected CommError";
+  } catch (const CommError& e) {
+    EXPECT_TRUE(contains(e.what(), "4000 bytes")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "4004 bytes")) << e.what();
+  }
+  EXPECT_THROW(send->wait(soon()), CommError);
+  EXPECT_EQ(acc[0], 2.0f);
+  EXPECT_THROW(world->transport(1)->irecv_reduce(0, 4, acc.data(), 6, DType::kF32, ReduceOp::kSum),
+               ConfigError);
+}
+
+TEST(InprocTransportTest, SmallSendBufferIsFreeOnceTheSendCompletes) {
+  // A small send is complete at post even with no receive posted: its bytes were copied, so the
+  // buffer may be overwritten and the request destroyed before the receive arrives.
+  auto world = InprocWorld::create(2);
+  std::vector<std::int64_t> buffer(InprocWorld::kEagerBytes / sizeof(std::int64_t), 5);
+  {
+    auto send = world->transport(0)->isend(1, 9, buffer.data(), InprocWorld::kEagerBytes);
+    EXPECT_TRUE(send->test());
+  }
+  std::fill(buffer.begin(), buffer.end(), -1);
+  std::vector<std::int64_t> acc(buffer.size(), 2);
+  world->transport(1)
+      ->irecv_reduce(0, 9, acc.data(), InprocWorld::kEagerBytes, DType::kI64, ReduceOp::kSum)
+      ->wait(soon());
+  EXPECT_EQ(acc, std::vector<std::int64_t>(buffer.size(), 7));
+}
+
+TEST(InprocTransportTest, LargeTransferIsDoneByWhicheverOwnerWaitsFirst) {
+  constexpr std::size_t kBytes = InprocWorld::kCopyOnMatchBytes * 4;
+  auto world = InprocWorld::create(2);
+  std::vector<std::uint8_t> out(kBytes);
+  std::iota(out.begin(), out.end(), std::uint8_t{3});
+  {
+    // Only the sender waits: its wait moves the bytes, with the receiver's thread doing nothing.
+    std::vector<std::uint8_t> in(kBytes, 0);
+    auto recv = world->transport(1)->irecv(0, 1, in.data(), kBytes);
+    auto send = world->transport(0)->isend(1, 1, out.data(), kBytes);
+    send->wait(soon());
+    EXPECT_TRUE(recv->test());
+    EXPECT_EQ(in, out);
+  }
+  {
+    // The receiver is asleep in wait when the send arrives: the match wakes it and it moves the
+    // bytes itself while the sender's thread never waits.
+    std::vector<std::uint8_t> in(kBytes, 0);
+    std::unique_ptr<Request> send;
+    std::thread late_sender([&] {
+      std::this_thread::sleep_for(20ms);
+      send = world->transport(0)->isend(1, 2, out.data(), kBytes);
+    });
+    world->transport(1)->irecv(0, 2, in.data(), kBytes)->wait(soon());
+    late_sender.join();
+    EXPECT_TRUE(send->test());
+    EXPECT_EQ(in, out);
+  }
+  {
+    // Destroying a matched receive finishes the transfer first (the buffer is still valid).
+    std::vector<std::uint8_t> in(kBytes, 0);
+    auto send = world->transport(0)->isend(1, 3, out.data(), kBytes);
+    world->transport(1)->irecv(0, 3, in.data(), kBytes).reset();
+    EXPECT_TRUE(send->test());
+    EXPECT_EQ(in, out);
+  }
+}
+
+TEST(InprocTransportTest, SymmetricExchangeWaitingOnSendsFirstCompletes) {
+  // Both ranks post receive and send, then wait on the send first: neither may wait for the
+  // other to start its receive wait.
+  constexpr std::size_t kBytes = InprocWorld::kCopyOnMatchBytes * 2;
+  auto world = InprocWorld::create(2);
+  std::vector<std::vector<std::uint8_t>> out(2), in(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    out[rank].assign(kBytes, static_cast<std::uint8_t>(rank + 1));
+    in[rank].assign(kBytes, 0);
+    threads.emplace_back([&, rank] {
+      auto transport = world->transport(rank);
+      auto recv = transport->irecv(1 - rank, 0, in[rank].data(), kBytes);
+      auto send = transport->isend(1 - rank, 0, out[rank].data(), kBytes);
+      send->wait(soon());
+      recv->wait(soon());
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(in[0], out[1]);
+  EXPECT_EQ(in[1], out[0]);
 }
 
 }  // namespace

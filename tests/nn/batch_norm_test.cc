@@ -188,16 +188,14 @@ TEST(BatchNorm, ShapeErrors) {
   EXPECT_THROW(BatchNorm("bad", 0), ConfigError);
 }
 
-// A synchronized batch norm simulated in one process: "rank 0" holds half the batch and its hooks
-// add the other half's sums, as an allreduce would. Its output and dx must equal those rows of a
+// A synchronized batch norm simulated in one process: "rank 0" holds half the batch and its reducer
+// adds the other half's sums, as an allreduce would. Its output and dx must equal those rows of a
 // batch norm over the whole batch.
-class TwoRankBatchNorm : public BatchNorm {
+class OtherHalfReducer : public BatchNormReducer {
  public:
-  using BatchNorm::BatchNorm;
   ChannelStats other_stats;
   std::vector<double> other_sum_dy, other_sum_dy_xhat;
 
- protected:
   void reduce_statistics(ChannelStats& stats) override {
     for (std::size_t c = 0; c < stats.sum.size(); ++c) {
       stats.sum[c] += other_stats.sum[c];
@@ -224,20 +222,22 @@ TEST(BatchNorm, SyncHooksGiveTheWholeBatchResult) {
   const std::vector<float> y_whole = whole.forward(x, ForwardContext{}).to_vector();
   const std::vector<float> dx_whole = whole.backward(dy, true).to_vector();
 
-  TwoRankBatchNorm half("bn", features);
+  BatchNorm half("bn", features);
+  OtherHalfReducer other;
+  half.set_reducer(&other);
   ParamStore half_store;
   bind_single_layer(half, half_store);
   const tensor::Tensor x_other = x.slice(2, 4);
-  half.channel_sums(x_other, half.other_stats);
+  half.channel_sums(x_other, other.other_stats);
   // The other rank's dy sums, with its xhat = y_whole (gamma 1, beta 0) of rows 2 and 3.
-  half.other_sum_dy.assign(features, 0.0);
-  half.other_sum_dy_xhat.assign(features, 0.0);
+  other.other_sum_dy.assign(features, 0.0);
+  other.other_sum_dy_xhat.assign(features, 0.0);
   for (std::int64_t b = 2; b < 4; ++b)
     for (std::int64_t c = 0; c < features; ++c)
       for (std::int64_t p = 0; p < plane; ++p) {
         const auto i = static_cast<std::size_t>((b * features + c) * plane + p);
-        half.other_sum_dy[static_cast<std::size_t>(c)] += dy.data()[i];
-        half.other_sum_dy_xhat[static_cast<std::size_t>(c)] +=
+        other.other_sum_dy[static_cast<std::size_t>(c)] += dy.data()[i];
+        other.other_sum_dy_xhat[static_cast<std::size_t>(c)] +=
             static_cast<double>(dy.data()[i]) * y_whole[i];
       }
   const std::vector<float> y_half = half.forward(x.slice(0, 2), ForwardContext{}).to_vector();

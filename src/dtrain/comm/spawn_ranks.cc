@@ -1,11 +1,15 @@
 #include "dtrain/comm/spawn_ranks.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "dtrain/base/env.h"
 #include "dtrain/comm/comm_error.h"
 #include "dtrain/comm/transport/inproc/world.h"
 
@@ -41,6 +45,25 @@ std::exception_ptr with_rank(std::exception_ptr error, int rank) {
   }
 }
 
+// With DTRAIN_PIN_RANKS=1, pins the calling thread to the (rank mod n)-th CPU this process may use,
+// as mpirun's --bind-to core does: unpinned rank threads get stacked on one core after wake-ups,
+// which costs microseconds per small message (docs/INPROC.md). Off by default: training ranks
+// share their cores with their communication threads and compute pools.
+void pin_to_cpu(int rank) {
+  if (!env::get_bool("DTRAIN_PIN_RANKS", false)) return;
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || CPU_COUNT(&allowed) < 2) return;
+  int target = rank % CPU_COUNT(&allowed);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed) || target-- != 0) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+    return;
+  }
+}
+
 std::string message_of(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -61,6 +84,7 @@ void spawn_ranks(int n, const std::function<void(Communicator&)>& fn, CommOption
   threads.reserve(static_cast<std::size_t>(n));
   for (int rank = 0; rank < n; ++rank) {
     threads.emplace_back([&, rank] {
+      pin_to_cpu(rank);
       // Records the error before telling the world, so that the errors it causes at other
       // ranks come later; aborting before the communicator's destructor drains its async queue
       // makes queued work fail fast instead of waiting for peers.

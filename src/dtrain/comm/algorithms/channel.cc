@@ -18,6 +18,14 @@ std::unique_ptr<Request> Channel::irecv(int peer, void* data, std::size_t bytes)
   return transport_.irecv(peer, tag_, data, bytes);
 }
 
+std::unique_ptr<Request> Channel::irecv_reduce(int peer, void* data, std::int64_t count,
+                                               DType dtype, ReduceOp op) {
+  const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
+  traffic_.bytes_received += static_cast<std::int64_t>(bytes);
+  traffic_.messages_received += 1;
+  return transport_.irecv_reduce(peer, tag_, data, bytes, dtype, op);
+}
+
 void Channel::wait_all(std::vector<std::unique_ptr<Request>>& requests) {
   for (auto& request : requests) request->wait(deadline_);
 }

@@ -41,6 +41,10 @@ class Channel {
 
   std::unique_ptr<Request> isend(int peer, const void* data, std::size_t bytes);
   std::unique_ptr<Request> irecv(int peer, void* data, std::size_t bytes);
+  // Receives `count` elements and reduces them into `data` (Transport::irecv_reduce: fused on
+  // transports that can read the sender's memory). Counted as a received message.
+  std::unique_ptr<Request> irecv_reduce(int peer, void* data, std::int64_t count, DType dtype,
+                                        ReduceOp op);
   void wait(Request& request) { request.wait(deadline_); }
   // Waits for all, in order; requests stay owned by the caller.
   void wait_all(std::vector<std::unique_ptr<Request>>& requests);

@@ -8,6 +8,10 @@
 // Chunking: each step's blocks move in segments of Channel::segment_bytes. All receives and sends
 // of a step are posted first; segment k is reduced while segments k + 1 .. are still moving.
 //
+// Receiving: each segment is an irecv_reduce straight into this rank's block, so a transport that
+// can read the sender's memory (inproc) reduces in one pass (read both, write one) with no
+// temporary; others receive into a temporary and reduce (Transport's default).
+//
 // Cost: (P - 1) alpha (more with segments) + (P - 1)/P N beta + (P - 1)/P N gamma. Bytes sent by
 // rank r: N - |block r| (every block but its own, once).
 #include <cstddef>
@@ -28,7 +32,6 @@ void reduce_scatter_ring(Channel& channel, void* data, std::int64_t count, DType
   const int next = ring_index(rank + 1, ranks);
   const int prev = ring_index(rank - 1, ranks);
   auto* bytes = static_cast<std::byte*>(data);
-  std::vector<std::byte> incoming(static_cast<std::size_t>(count / ranks + 1) * element);
 
   std::vector<std::unique_ptr<Request>> sends;
   std::vector<std::unique_ptr<Request>> recvs;
@@ -43,8 +46,8 @@ void reduce_scatter_ring(Channel& channel, void* data, std::int64_t count, DType
     sends.clear();
     for (std::int64_t at = 0; at < recv_size; at += segment) {
       const std::int64_t n = std::min(segment, recv_size - at);
-      recvs.push_back(channel.irecv(prev, incoming.data() + static_cast<std::size_t>(at) * element,
-                                    static_cast<std::size_t>(n) * element));
+      recvs.push_back(channel.irecv_reduce(
+          prev, bytes + static_cast<std::size_t>(recv_begin + at) * element, n, dtype, op));
     }
     for (std::int64_t at = 0; at < send_size; at += segment) {
       const std::int64_t n = std::min(segment, send_size - at);
@@ -52,14 +55,8 @@ void reduce_scatter_ring(Channel& channel, void* data, std::int64_t count, DType
                                     bytes + static_cast<std::size_t>(send_begin + at) * element,
                                     static_cast<std::size_t>(n) * element));
     }
-    for (std::size_t k = 0; k < recvs.size(); ++k) {
-      channel.wait(*recvs[k]);
-      const std::int64_t at = static_cast<std::int64_t>(k) * segment;
-      const std::int64_t n = std::min(segment, recv_size - at);
-      reduce_into(bytes + static_cast<std::size_t>(recv_begin + at) * element,
-                  incoming.data() + static_cast<std::size_t>(at) * element, n, dtype, op);
-    }
-    // The next step sends the block just reduced; this step's sent block must be copied out first.
+    // The next step sends the block just reduced; this step's sent block must be read out first.
+    channel.wait_all(recvs);
     channel.wait_all(sends);
   }
 }

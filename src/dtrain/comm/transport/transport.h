@@ -1,6 +1,7 @@
 // The abstract point-to-point interface every collective algorithm is written against. Only
-// abstract classes live in this folder; each concrete transport (inproc/, later mpi/, tcp/) has
-// its own sub-folder with the same file set (world.h, transport.h, request.h).
+// abstract classes live in this folder (with the defaults of optional operations, which a
+// transport may override); each concrete transport (inproc/, later mpi/, tcp/) has its own
+// sub-folder with the same file set (world.h, transport.h, request.h).
 #pragma once
 
 #include <chrono>
@@ -47,6 +48,15 @@ class Transport {
   virtual std::unique_ptr<Request> irecv(int peer, std::uint64_t tag, void* data,
                                          std::size_t bytes) = 0;
 
+  // Receives a message of exactly `bytes` (count x element size of `dtype`) from `peer` and
+  // reduces it into `data`: data[i] = data[i] (op) message[i], complete when the result is in
+  // `data`. Same matching, ordering and failure rules as irecv; the sender uses plain isend.
+  // Default: irecv into a temporary owned by the request, reduced when the request is first
+  // found complete (two passes more than a transport that reduces straight from the sender's
+  // memory, as inproc does).
+  virtual std::unique_ptr<Request> irecv_reduce(int peer, std::uint64_t tag, void* data,
+                                                std::size_t bytes, DType dtype, ReduceOp op);
+
   // The transport's own allreduce in place over all its ranks (MPI_Allreduce for mpi), used by
   // the "native" algorithm. Returns false when the transport has none (inproc); the caller then
   // reports that. kAvg arrives as kSum, as for every algorithm (the Communicator divides).
@@ -56,5 +66,54 @@ class Transport {
     return false;
   }
 };
+
+namespace transport_detail {
+
+// Transport::irecv_reduce's default: the message lands in `scratch_`, then one reduce_into.
+class ReceiveThenReduce final : public Request {
+ public:
+  ReceiveThenReduce(Transport& transport, int peer, std::uint64_t tag, void* data,
+                    std::size_t bytes, DType dtype, ReduceOp op)
+      : data_(data),
+        count_(static_cast<std::int64_t>(bytes / dtype_size(dtype))),
+        dtype_(dtype),
+        op_(op),
+        scratch_(std::make_unique_for_overwrite<std::byte[]>(bytes)),
+        receive_(transport.irecv(peer, tag, scratch_.get(), bytes)) {}
+
+  bool test() override {
+    if (!reduced_ && receive_->test()) reduce();
+    return reduced_;
+  }
+  void wait(std::chrono::steady_clock::time_point deadline) override {
+    if (reduced_) return;
+    receive_->wait(deadline);
+    reduce();
+  }
+
+ private:
+  void reduce() {
+    reduce_into(data_, scratch_.get(), count_, dtype_, op_);
+    reduced_ = true;
+  }
+
+  void* data_;
+  std::int64_t count_;
+  DType dtype_;
+  ReduceOp op_;
+  bool reduced_ = false;
+  // Declared before receive_: destroyed after it, since cancelling may wait for a copy into it.
+  std::unique_ptr<std::byte[]> scratch_;
+  std::unique_ptr<Request> receive_;
+};
+
+}  // namespace transport_detail
+
+inline std::unique_ptr<Request> Transport::irecv_reduce(int peer, std::uint64_t tag, void* data,
+                                                        std::size_t bytes, DType dtype,
+                                                        ReduceOp op) {
+  return std::make_unique<transport_detail::ReceiveThenReduce>(*this, peer, tag, data, bytes, dtype,
+                                                               op);
+}
 
 }  // namespace dtrain::comm

@@ -1,4 +1,5 @@
-// A posted send or receive of the in-process transport; destroying it before completion cancels.
+// A posted send or receive of the in-process transport; destroying it before completion cancels
+// (a queued op leaves its queue; a matched one finishes its transfer first).
 #pragma once
 
 #include <memory>
@@ -9,9 +10,15 @@
 
 namespace dtrain::comm {
 
+class InprocTransport;
+
 class InprocRequest : public Request {
  public:
-  InprocRequest(std::shared_ptr<InprocWorld> world, std::shared_ptr<inproc::PendingOp> op);
+  // Takes the caller's reference to `op`. Holds the posting rank's transport (and through it the
+  // world) rather than the world itself: the world's reference count is shared by every rank's
+  // thread, so counting on it per request would bounce its cache line between the cores.
+  InprocRequest(std::shared_ptr<InprocTransport> transport, InprocWorld& world,
+                inproc::PendingOp* op);
   ~InprocRequest() override;
   InprocRequest(const InprocRequest&) = delete;
   InprocRequest& operator=(const InprocRequest&) = delete;
@@ -20,8 +27,9 @@ class InprocRequest : public Request {
   void wait(std::chrono::steady_clock::time_point deadline) override;
 
  private:
-  std::shared_ptr<InprocWorld> world_;
-  std::shared_ptr<inproc::PendingOp> op_;
+  std::shared_ptr<InprocTransport> transport_;
+  InprocWorld& world_;
+  inproc::PendingOp* op_;
 };
 
 }  // namespace dtrain::comm

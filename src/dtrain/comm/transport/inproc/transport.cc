@@ -15,31 +15,58 @@ void InprocTransport::check_peer(int peer, const char* what) const {
   }
 }
 
+std::unique_ptr<Request> InprocTransport::post(inproc::PendingOp* op) {
+  // The request owns the op's first reference; allocate it before the op becomes visible.
+  auto request = std::make_unique<InprocRequest>(shared_from_this(), *world_, op);
+  world_->post(op);
+  return request;
+}
+
 std::unique_ptr<Request> InprocTransport::isend(int peer, std::uint64_t tag, const void* data,
                                                 std::size_t bytes) {
   check_peer(peer, "send");
-  auto op = std::make_shared<inproc::PendingOp>();
+  auto* op = new inproc::PendingOp;
   op->is_send = true;
   op->source = rank_;
   op->dest = peer;
   op->tag = tag;
   op->send_data = data;
   op->bytes = bytes;
-  world_->post(op);
-  return std::make_unique<InprocRequest>(world_, std::move(op));
+  return post(op);
 }
 
 std::unique_ptr<Request> InprocTransport::irecv(int peer, std::uint64_t tag, void* data,
                                                 std::size_t bytes) {
   check_peer(peer, "recv");
-  auto op = std::make_shared<inproc::PendingOp>();
+  auto* op = new inproc::PendingOp;
   op->source = peer;
   op->dest = rank_;
   op->tag = tag;
   op->recv_data = data;
   op->bytes = bytes;
-  world_->post(op);
-  return std::make_unique<InprocRequest>(world_, std::move(op));
+  return post(op);
+}
+
+std::unique_ptr<Request> InprocTransport::irecv_reduce(int peer, std::uint64_t tag, void* data,
+                                                       std::size_t bytes, DType dtype,
+                                                       ReduceOp op) {
+  check_peer(peer, "recv-reduce");
+  if (bytes % dtype_size(dtype) != 0) {
+    throw ConfigError(fmt::format(
+        "inproc rank {}: recv-reduce of {} bytes from rank {} is not a whole number of {} "
+        "elements; pass count x element size",
+        rank_, bytes, peer, dtype_name(dtype)));
+  }
+  auto* pending = new inproc::PendingOp;
+  pending->reduce = true;
+  pending->dtype = dtype;
+  pending->reduce_op = op;
+  pending->source = peer;
+  pending->dest = rank_;
+  pending->tag = tag;
+  pending->recv_data = data;
+  pending->bytes = bytes;
+  return post(pending);
 }
 
 }  // namespace dtrain::comm

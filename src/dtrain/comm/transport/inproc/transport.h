@@ -3,12 +3,13 @@
 
 #include <memory>
 
+#include "dtrain/comm/transport/inproc/pending_op.h"
 #include "dtrain/comm/transport/inproc/world.h"
 #include "dtrain/comm/transport/transport.h"
 
 namespace dtrain::comm {
 
-class InprocTransport : public Transport {
+class InprocTransport : public Transport, public std::enable_shared_from_this<InprocTransport> {
  public:
   InprocTransport(std::shared_ptr<InprocWorld> world, int rank);
 
@@ -19,9 +20,14 @@ class InprocTransport : public Transport {
                                  std::size_t bytes) override;
   std::unique_ptr<Request> irecv(int peer, std::uint64_t tag, void* data,
                                  std::size_t bytes) override;
+  // Fused: the receiving side reduces straight from the sender's buffer into `data`, one pass
+  // (2 reads + 1 write per byte) instead of a copy into a temporary and a reduce.
+  std::unique_ptr<Request> irecv_reduce(int peer, std::uint64_t tag, void* data, std::size_t bytes,
+                                        DType dtype, ReduceOp op) override;
 
  private:
   void check_peer(int peer, const char* what) const;
+  std::unique_ptr<Request> post(inproc::PendingOp* op);
 
   std::shared_ptr<InprocWorld> world_;
   int rank_;

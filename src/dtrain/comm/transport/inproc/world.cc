@@ -1,5 +1,7 @@
 #include "dtrain/comm/transport/inproc/world.h"
 
+#include <sched.h>
+
 #include <cstring>
 #include <thread>
 
@@ -7,32 +9,60 @@
 #include "dtrain/comm/comm_error.h"
 #include "dtrain/comm/transport/inproc/transport.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
 namespace dtrain::comm {
 namespace {
 
 using inproc::OpState;
 using inproc::PendingOp;
 
-// About 10-50 us of pause instructions before a waiter sleeps: long enough to catch a partner
-// that is a few copies behind, short enough not to starve the other threads of a 2-core machine.
-constexpr int kSpinIterations = 1000;
+// A waiter checks its op between pause instructions (25-100 ns each on this VM) and sleeps after
+// kSpinTime: long enough to catch a partner a few small messages behind, short enough not to
+// starve the other threads of a 2-core machine. It never yields: on a busy machine a yield hands
+// the core to another process for a whole time slice (measured: 4-byte allreduce median 500 us
+// instead of 85 us under a load average of 8).
+constexpr int kSpinIterations = 64;
+constexpr std::chrono::microseconds kSpinTime{100};
 
-inline void cpu_pause() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#endif
-}
+bool is_final(OpState state) { return state == OpState::kDone || state == OpState::kFailed; }
 
-bool finished(const PendingOp& op) {
-  const OpState state = op.state.load(std::memory_order_acquire);
-  return state == OpState::kDone || state == OpState::kFailed;
-}
+bool finished(const PendingOp& op) { return is_final(op.state.load(std::memory_order_acquire)); }
 
 }  // namespace
+
+void InprocWorld::OpList::push_back(PendingOp* op) {
+  op->prev = tail;
+  op->next = nullptr;
+  if (tail != nullptr) {
+    tail->next = op;
+  } else {
+    head = op;
+  }
+  tail = op;
+  op->queued = true;
+}
+
+void InprocWorld::OpList::erase(PendingOp* op) {
+  if (op->prev != nullptr) {
+    op->prev->next = op->next;
+  } else {
+    head = op->next;
+  }
+  if (op->next != nullptr) {
+    op->next->prev = op->prev;
+  } else {
+    tail = op->prev;
+  }
+  op->prev = nullptr;
+  op->next = nullptr;
+  op->queued = false;
+}
+
+PendingOp* InprocWorld::OpList::find(std::uint64_t tag) const {
+  for (PendingOp* op = head; op != nullptr; op = op->next) {
+    if (op->tag == tag) return op;
+  }
+  return nullptr;
+}
 
 std::shared_ptr<InprocWorld> InprocWorld::create(int size) {
   if (size < 1) {
@@ -43,11 +73,27 @@ std::shared_ptr<InprocWorld> InprocWorld::create(int size) {
 
 InprocWorld::InprocWorld(int size)
     : size_(size),
-      mailboxes_(static_cast<std::size_t>(size)),
-      wakers_(static_cast<std::size_t>(size)),
+      lanes_(std::make_unique<Lane[]>(static_cast<std::size_t>(size) *
+                                      static_cast<std::size_t>(size))),
+      wakers_(std::make_unique<Waker[]>(static_cast<std::size_t>(size))),
+      cpus_(std::make_unique<CpuSlot[]>(static_cast<std::size_t>(size))),
       aborted_(std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(size))),
       abort_reasons_(static_cast<std::size_t>(size)) {
   for (int r = 0; r < size; ++r) aborted_[static_cast<std::size_t>(r)].store(false);
+}
+
+InprocWorld::~InprocWorld() {
+  // Requests hold their transport and so the world: only buffered small sends can be left.
+  for (std::size_t i = 0; i < static_cast<std::size_t>(size_) * static_cast<std::size_t>(size_);
+       ++i) {
+    for (OpList* list : {&lanes_[i].sends, &lanes_[i].recvs}) {
+      while (list->head != nullptr) {
+        PendingOp* op = list->head;
+        list->erase(op);
+        if (op->buffered) inproc::release(op);
+      }
+    }
+  }
 }
 
 std::shared_ptr<Transport> InprocWorld::transport(int rank) {
@@ -68,20 +114,41 @@ std::string InprocWorld::describe(const PendingOp& op) const {
     return fmt::format("rank {}: send to rank {} (tag {:#x}, {} bytes)", op.source, op.dest, op.tag,
                        op.bytes);
   }
-  return fmt::format("rank {}: recv from rank {} (tag {:#x}, {} bytes)", op.dest, op.source, op.tag,
-                     op.bytes);
+  return fmt::format("rank {}: {} from rank {} (tag {:#x}, {} bytes)", op.dest,
+                     op.reduce ? "recv-reduce" : "recv", op.source, op.tag, op.bytes);
+}
+
+std::optional<std::string> InprocWorld::aborted_error(const PendingOp& op) {
+  for (int rank : {op.source, op.dest}) {
+    if (is_aborted(rank)) {
+      return fmt::format("{} failed: rank {} aborted: {}", describe(op), rank,
+                         abort_reason(rank).value_or(""));
+    }
+  }
+  return std::nullopt;
+}
+
+void InprocWorld::wake(int rank) {
+  // Pairs with the waiter's sleepers increment before its last check of the state: either the
+  // waiter sees the new state, or we see it asleep and wake it under its mutex.
+  Waker& waker = wakers_[static_cast<std::size_t>(rank)];
+  if (waker.sleepers.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard<std::mutex> lock(waker.mu); }
+    waker.cv.notify_all();
+  }
+}
+
+int InprocWorld::note_cpu(int rank) {
+  const int cpu = sched_getcpu();
+  std::atomic<int>& slot = cpus_[static_cast<std::size_t>(rank)].cpu;
+  if (slot.load(std::memory_order_relaxed) != cpu) slot.store(cpu, std::memory_order_relaxed);
+  return cpu;
 }
 
 void InprocWorld::complete(PendingOp& op, OpState state) {
   const int owner = op.owner();
   op.state.store(state, std::memory_order_seq_cst);
-  // Pairs with the waiter's sleepers increment before its last check of the state: either the
-  // waiter sees the new state, or we see it asleep and wake it under its mutex.
-  Waker& waker = wakers_[static_cast<std::size_t>(owner)];
-  if (waker.sleepers.load(std::memory_order_seq_cst) > 0) {
-    { std::lock_guard<std::mutex> lock(waker.mu); }
-    waker.cv.notify_all();
-  }
+  wake(owner);
 }
 
 void InprocWorld::fail(PendingOp& op, std::string error) {
@@ -89,7 +156,8 @@ void InprocWorld::fail(PendingOp& op, std::string error) {
   complete(op, OpState::kFailed);
 }
 
-void InprocWorld::post(const std::shared_ptr<PendingOp>& op) {
+void InprocWorld::post(PendingOp* op) {
+  note_cpu(op->owner());
   if (op->is_send) {
     post_send(op);
   } else {
@@ -97,134 +165,195 @@ void InprocWorld::post(const std::shared_ptr<PendingOp>& op) {
   }
 }
 
-void InprocWorld::post_send(const std::shared_ptr<PendingOp>& op) {
-  Mailbox& box = mailboxes_[static_cast<std::size_t>(op->dest)];
-  std::shared_ptr<PendingOp> match;
-  {
-    std::unique_lock<std::mutex> lock(box.mu);
-    for (int rank : {op->source, op->dest}) {
-      if (is_aborted(rank)) {
-        lock.unlock();
-        fail(*op, fmt::format("{} failed: rank {} aborted: {}", describe(*op), rank,
-                              abort_reason(rank).value_or("")));
-        return;
-      }
-    }
-    const Key key{op->source, op->tag};
-    auto it = box.recvs.find(key);
-    if (it != box.recvs.end()) {
-      match = std::move(it->second.front());
-      it->second.pop_front();
-      if (it->second.empty()) box.recvs.erase(it);
-      match->state.store(OpState::kMatched, std::memory_order_relaxed);
-      op->state.store(OpState::kMatched, std::memory_order_relaxed);
-    } else if (op->bytes <= kEagerBytes) {
-      // Buffer a copy; the queued copy has no waiter and the caller's send is done at once.
-      auto copy = std::make_shared<PendingOp>();
-      copy->is_send = true;
-      copy->source = op->source;
-      copy->dest = op->dest;
-      copy->tag = op->tag;
-      copy->bytes = op->bytes;
-      const auto* bytes = static_cast<const std::byte*>(op->send_data);
-      copy->eager.assign(bytes, bytes + op->bytes);
-      copy->send_data = copy->eager.data();
-      copy->buffered = true;
-      box.sends[key].push_back(std::move(copy));
-      lock.unlock();
-      complete(*op, OpState::kDone);
-      return;
-    } else {
-      box.sends[key].push_back(op);
-      return;
-    }
-  }
-  transfer(*op, *match);
+void InprocWorld::link(PendingOp* send, PendingOp* recv) {
+  send->partner = recv;
+  inproc::retain(recv);
+  recv->partner = send;
+  inproc::retain(send);
+  send->state.store(OpState::kMatched, std::memory_order_seq_cst);
+  recv->state.store(OpState::kMatched, std::memory_order_seq_cst);
 }
 
-void InprocWorld::post_recv(const std::shared_ptr<PendingOp>& op) {
-  Mailbox& box = mailboxes_[static_cast<std::size_t>(op->dest)];
-  std::shared_ptr<PendingOp> match;
-  {
-    std::unique_lock<std::mutex> lock(box.mu);
-    const Key key{op->source, op->tag};
-    auto it = box.sends.find(key);
-    if (it != box.sends.end()) {
-      // A message already sent is delivered even if its sender has aborted since.
-      match = std::move(it->second.front());
-      it->second.pop_front();
-      if (it->second.empty()) box.sends.erase(it);
-      match->state.store(OpState::kMatched, std::memory_order_relaxed);
-      op->state.store(OpState::kMatched, std::memory_order_relaxed);
-    } else {
-      for (int rank : {op->source, op->dest}) {
-        if (is_aborted(rank)) {
-          lock.unlock();
-          fail(*op, fmt::format("{} failed: rank {} aborted: {}", describe(*op), rank,
-                                abort_reason(rank).value_or("")));
-          return;
-        }
-      }
-      box.recvs[key].push_back(op);
+void InprocWorld::post_send(PendingOp* op) {
+  Lane& l = lane(op->dest, op->source);
+  l.lock.lock();
+  if (auto error = aborted_error(*op)) {
+    l.lock.unlock();
+    fail(*op, std::move(*error));
+    return;
+  }
+  if (PendingOp* recv = l.recvs.find(op->tag)) {
+    l.recvs.erase(recv);
+    if (op->bytes <= kCopyOnMatchBytes) {
+      // Claimed by this thread before anyone else can see the match.
+      recv->state.store(OpState::kCopying, std::memory_order_relaxed);
+      l.lock.unlock();
+      transfer(*op, *recv);
       return;
     }
+    link(op, recv);
+    l.lock.unlock();
+    wake(recv->owner());  // a sleeping receiver must come and claim the transfer
+    return;
   }
-  transfer(*match, *op);
+  if (op->bytes <= kEagerBytes) {
+    // The op itself waits in the queue with a copy of the bytes (the queue holds a reference), so
+    // the caller's send is complete at once and its buffer free.
+    if (op->bytes > 0) std::memcpy(op->eager.data(), op->send_data, op->bytes);
+    op->send_data = op->eager.data();
+    op->buffered = true;
+    inproc::retain(op);
+    l.sends.push_back(op);
+    op->state.store(OpState::kDone, std::memory_order_release);
+    l.lock.unlock();
+    return;
+  }
+  l.sends.push_back(op);
+  l.lock.unlock();
+}
+
+void InprocWorld::post_recv(PendingOp* op) {
+  Lane& l = lane(op->dest, op->source);
+  l.lock.lock();
+  if (PendingOp* send = l.sends.find(op->tag)) {
+    // A message already sent is delivered even if its sender has aborted since.
+    l.sends.erase(send);
+    if (send->buffered || send->bytes <= kCopyOnMatchBytes) {
+      op->state.store(OpState::kCopying, std::memory_order_relaxed);
+      l.lock.unlock();
+      // A rendezvous send may be freed by its owner as soon as transfer() completes it.
+      const bool buffered = send->buffered;
+      transfer(*send, *op);
+      if (buffered) inproc::release(send);
+      return;
+    }
+    link(send, op);
+    l.lock.unlock();
+    wake(send->owner());
+    return;
+  }
+  if (auto error = aborted_error(*op)) {
+    l.lock.unlock();
+    fail(*op, std::move(*error));
+    return;
+  }
+  l.recvs.push_back(op);
+  l.lock.unlock();
+}
+
+bool InprocWorld::claimable(const PendingOp* op) const {
+  if (op->state.load(std::memory_order_seq_cst) != OpState::kMatched) return false;
+  const PendingOp* recv = op->is_send ? op->partner : op;
+  return recv->state.load(std::memory_order_seq_cst) == OpState::kMatched;
+}
+
+bool InprocWorld::try_claim(PendingOp* op) {
+  // The caller saw op->state == kMatched (acquire), so op->partner is set.
+  PendingOp* recv = op->is_send ? op->partner : op;
+  PendingOp* send = op->is_send ? op : op->partner;
+  OpState expected = OpState::kMatched;
+  if (!recv->state.compare_exchange_strong(expected, OpState::kCopying,
+                                           std::memory_order_acq_rel)) {
+    return false;
+  }
+  transfer(*send, *recv);
+  return true;
 }
 
 void InprocWorld::transfer(PendingOp& send, PendingOp& recv) {
-  if (send.bytes > recv.bytes) {
-    const std::string error = fmt::format(
-        "rank {} -> rank {} (tag {:#x}): message of {} bytes does not fit the receive buffer of {} "
-        "bytes; both ranks must pass the same count and dtype",
-        send.source, send.dest, send.tag, send.bytes, recv.bytes);
-    fail(send, error);
+  const bool fits = recv.reduce ? send.bytes == recv.bytes : send.bytes <= recv.bytes;
+  if (!fits) {
+    const std::string error =
+        recv.reduce
+            ? fmt::format(
+                  "rank {} -> rank {} (tag {:#x}): message of {} bytes but the reducing receive "
+                  "takes exactly {} bytes; both ranks must pass the same count and dtype",
+                  send.source, send.dest, send.tag, send.bytes, recv.bytes)
+            : fmt::format(
+                  "rank {} -> rank {} (tag {:#x}): message of {} bytes does not fit the receive "
+                  "buffer of {} bytes; both ranks must pass the same count and dtype",
+                  send.source, send.dest, send.tag, send.bytes, recv.bytes);
+    if (!send.buffered) fail(send, error);
     fail(recv, error);
     return;
   }
-  if (send.bytes > 0) std::memcpy(recv.recv_data, send.send_data, send.bytes);
+  if (recv.reduce) {
+    const auto count = static_cast<std::int64_t>(send.bytes / dtype_size(recv.dtype));
+    reduce_into(recv.recv_data, send.send_data, count, recv.dtype, recv.reduce_op);
+  } else if (send.bytes > 0) {
+    std::memcpy(recv.recv_data, send.send_data, send.bytes);
+  }
   complete(recv, OpState::kDone);
-  complete(send, OpState::kDone);
+  if (!send.buffered) complete(send, OpState::kDone);
 }
 
-void InprocWorld::cancel(const std::shared_ptr<PendingOp>& op) {
+bool InprocWorld::test(PendingOp* op) {
+  OpState state = op->state.load(std::memory_order_acquire);
+  if (state == OpState::kMatched && try_claim(op))
+    state = op->state.load(std::memory_order_acquire);
+  if (state == OpState::kFailed) throw CommError(op->error);
+  return state == OpState::kDone;
+}
+
+void InprocWorld::cancel(PendingOp* op) {
   if (finished(*op)) return;
-  Mailbox& box = mailboxes_[static_cast<std::size_t>(op->dest)];
-  {
-    std::lock_guard<std::mutex> lock(box.mu);
-    auto& queues = op->is_send ? box.sends : box.recvs;
-    auto it = queues.find(Key{op->source, op->tag});
-    if (it != queues.end()) {
-      for (auto pos = it->second.begin(); pos != it->second.end(); ++pos) {
-        if (pos->get() == op.get()) {
-          it->second.erase(pos);
-          if (it->second.empty()) queues.erase(it);
-          op->state.store(OpState::kFailed, std::memory_order_release);
-          return;
-        }
-      }
+  Lane& l = lane(op->dest, op->source);
+  l.lock.lock();
+  if (op->queued) {
+    (op->is_send ? l.sends : l.recvs).erase(op);
+    op->state.store(OpState::kFailed, std::memory_order_release);
+    l.lock.unlock();
+    return;
+  }
+  l.lock.unlock();
+  // Matched: the buffer must outlive the transfer, so do it here or wait for the thread doing it.
+  for (int spins = 0;; ++spins) {
+    const OpState state = op->state.load(std::memory_order_acquire);
+    if (is_final(state)) return;
+    if (state == OpState::kMatched && try_claim(op)) return;
+    if (spins < kSpinIterations) {
+      inproc::cpu_pause();
+    } else {
+      std::this_thread::yield();
     }
   }
-  // Not queued any more: the partner's thread is copying; the buffer must outlive that copy.
-  while (!finished(*op)) std::this_thread::yield();
 }
 
-void InprocWorld::wait(const PendingOp& op, std::chrono::steady_clock::time_point deadline) {
-  for (int i = 0; i < kSpinIterations && !finished(op); ++i) cpu_pause();
-  if (!finished(op)) {
-    Waker& waker = wakers_[static_cast<std::size_t>(op.owner())];
+void InprocWorld::wait(PendingOp* op, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    // Spin for up to kSpinTime, reading the clock once per round of kSpinIterations pauses; one
+    // round only when the peer last ran on this CPU (the scheduler often puts a woken thread
+    // next to its waker): spinning would only delay it.
+    const int cpu = note_cpu(op->owner());
+    const int peer = op->is_send ? op->dest : op->source;
+    const bool shared_cpu =
+        cpus_[static_cast<std::size_t>(peer)].cpu.load(std::memory_order_relaxed) == cpu;
+    const auto spin_end =
+        std::chrono::steady_clock::now() + (shared_cpu ? std::chrono::microseconds{0} : kSpinTime);
+    do {
+      for (int i = 0; i < kSpinIterations; ++i) {
+        const OpState state = op->state.load(std::memory_order_acquire);
+        if (state == OpState::kDone) return;
+        if (state == OpState::kFailed) throw CommError(op->error);
+        if (state == OpState::kMatched && try_claim(op)) continue;  // now final
+        inproc::cpu_pause();
+      }
+    } while (std::chrono::steady_clock::now() < spin_end);
+    Waker& waker = wakers_[static_cast<std::size_t>(op->owner())];
     std::unique_lock<std::mutex> lock(waker.mu);
     waker.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    while (!finished(op)) {
-      if (waker.cv.wait_until(lock, deadline) == std::cv_status::timeout && !finished(op)) {
-        waker.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-        throw CommTimeoutError(
-            fmt::format("{} did not complete before its deadline", describe(op)));
+    bool timed_out = false;
+    while (!finished(*op) && !claimable(op)) {
+      if (waker.cv.wait_until(lock, deadline) == std::cv_status::timeout) {
+        timed_out = !finished(*op) && !claimable(op);
+        break;
       }
     }
     waker.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (timed_out) {
+      throw CommTimeoutError(fmt::format("{} did not complete before its deadline", describe(*op)));
+    }
   }
-  if (op.state.load(std::memory_order_acquire) == OpState::kFailed) throw CommError(op.error);
 }
 
 void InprocWorld::abort(int rank, const std::string& reason) {
@@ -235,43 +364,44 @@ void InprocWorld::abort(int rank, const std::string& reason) {
     abort_reasons_[static_cast<std::size_t>(rank)] = reason;
     aborted_[static_cast<std::size_t>(rank)].store(true, std::memory_order_seq_cst);
   }
-  // Sweep every mailbox for operations that now can never complete.
+  // Sweep every lane into or out of `rank` for operations that now can never complete.
   for (int dest = 0; dest < size_; ++dest) {
-    std::vector<std::shared_ptr<PendingOp>> doomed;
-    Mailbox& box = mailboxes_[static_cast<std::size_t>(dest)];
-    {
-      std::lock_guard<std::mutex> lock(box.mu);
+    for (int source = 0; source < size_; ++source) {
+      if (dest != rank && source != rank) continue;
+      std::vector<PendingOp*> doomed;
+      Lane& l = lane(dest, source);
+      l.lock.lock();
       // Receives waiting for the aborted rank, or posted by it.
-      for (auto it = box.recvs.begin(); it != box.recvs.end();) {
-        if (dest == rank || it->first.first == rank) {
-          for (auto& op : it->second) doomed.push_back(std::move(op));
-          it = box.recvs.erase(it);
-        } else {
-          ++it;
-        }
+      while (PendingOp* op = l.recvs.head) {
+        l.recvs.erase(op);
+        inproc::retain(op);
+        doomed.push_back(op);
       }
       // Sends to the aborted rank (nobody will receive them) and rendezvous sends from it (its
-      // buffer may be gone); eager copies it sent to live ranks stay deliverable.
-      for (auto it = box.sends.begin(); it != box.sends.end();) {
-        auto& queue = it->second;
-        for (auto pos = queue.begin(); pos != queue.end();) {
-          const bool buffered = (*pos)->buffered;
-          if (dest == rank || (it->first.first == rank && !buffered)) {
-            if (!buffered) doomed.push_back(std::move(*pos));
-            pos = queue.erase(pos);
+      // buffer may be gone); buffered copies it sent to live ranks stay deliverable.
+      for (PendingOp* op = l.sends.head; op != nullptr;) {
+        PendingOp* next = op->next;
+        if (dest == rank || !op->buffered) {
+          l.sends.erase(op);
+          if (op->buffered) {
+            inproc::release(op);
           } else {
-            ++pos;
+            inproc::retain(op);
+            doomed.push_back(op);
           }
         }
-        it = queue.empty() ? box.sends.erase(it) : std::next(it);
+        op = next;
       }
-    }
-    for (auto& op : doomed) {
-      fail(*op, fmt::format("{} failed: rank {} aborted: {}", describe(*op), rank, reason));
+      l.lock.unlock();
+      for (PendingOp* op : doomed) {
+        fail(*op, fmt::format("{} failed: rank {} aborted: {}", describe(*op), rank, reason));
+        inproc::release(op);
+      }
     }
   }
   // Wake every sleeper so that waits on ops failed above return now.
-  for (auto& waker : wakers_) {
+  for (int r = 0; r < size_; ++r) {
+    Waker& waker = wakers_[static_cast<std::size_t>(r)];
     { std::lock_guard<std::mutex> lock(waker.mu); }
     waker.cv.notify_all();
   }

@@ -1,13 +1,24 @@
 // The shared state of an in-process world: n ranks that are threads of one process. Each rank
-// gets an InprocTransport from transport(rank); all of them match messages through the mailboxes
-// here.
+// gets an InprocTransport from transport(rank); all of them match messages through the lanes
+// here. docs/INPROC.md gives the design and the measured figures.
 //
-// Data path: a message of more than kEagerBytes moves with ONE copy, done by whichever side
-// arrives second: the receiver copies straight out of the sender's buffer (or the sender straight
-// into the posted receive buffer), and the send completes when that copy is done. A message of at
-// most kEagerBytes is copied into the queue at post time so the send completes at once. Matching
-// takes one mutex per destination rank; waiting spins with the pause instruction and then sleeps
-// on a per-rank condition variable, so the fast path makes no system call.
+// Matching: one lane per (destination, source) pair holds that pair's unmatched sends and
+// receives in two intrusive FIFO lists under a spin lock, so posting allocates nothing beyond
+// the op itself and two pairs of ranks never touch the same lock.
+//
+// Data path: a message of more than kEagerBytes moves with ONE pass over the bytes: the receiver
+// copies (or, for irecv_reduce, reduces) straight out of the sender's buffer into its own.
+// Which thread moves the bytes: at most kCopyOnMatchBytes, the thread that posts second, at once;
+// larger, the first of the two owners to wait on (or test, or cancel) either op claims the
+// transfer with one compare-and-swap, so in a symmetric exchange every rank moves its own
+// incoming bytes in parallel, and a rank waiting on its send still makes progress on its own. A
+// message of at most kEagerBytes is copied into the queue when no receive waits yet, so the send
+// completes at once.
+//
+// Waiting spins on the op's state with the pause instruction for up to 100 us (not at all when
+// the peer's thread last ran on this CPU), then sleeps on a per-rank condition variable until its
+// deadline (matchers and completers notify only when someone sleeps), so the fast path makes no
+// system call.
 //
 // Failure: abort(rank, reason) marks a rank as gone (it threw, or its function returned). Every
 // pending operation that waits on it fails at once, and so does every later one, with an error
@@ -15,75 +26,111 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "dtrain/comm/transport/inproc/pending_op.h"
+#include "dtrain/comm/transport/inproc/spin_lock.h"
 #include "dtrain/comm/transport/transport.h"
 
 namespace dtrain::comm {
 
 class InprocWorld : public std::enable_shared_from_this<InprocWorld> {
  public:
-  static constexpr std::size_t kEagerBytes = 256;
+  static constexpr std::size_t kEagerBytes = inproc::kEagerBytes;
+  // Larger rendezvous messages are moved by the first owner to wait, not by the poster.
+  static constexpr std::size_t kCopyOnMatchBytes = std::size_t{64} << 10;
 
   // A world of `size` ranks (>= 1); ConfigError otherwise.
   static std::shared_ptr<InprocWorld> create(int size);
+  ~InprocWorld();
+  InprocWorld(const InprocWorld&) = delete;
+  InprocWorld& operator=(const InprocWorld&) = delete;
 
   int size() const { return size_; }
-  // Rank `rank`'s endpoint; may be called more than once (all share the same mailboxes).
+  // Rank `rank`'s endpoint; may be called more than once (all share the same lanes).
   std::shared_ptr<Transport> transport(int rank);
   // Marks `rank` as failed or exited; idempotent (the first reason is kept).
   void abort(int rank, const std::string& reason);
   // The reason `rank` was aborted, if it was.
   std::optional<std::string> abort_reason(int rank) const;
 
-  // Used by InprocTransport and InprocRequest.
-  void post(const std::shared_ptr<inproc::PendingOp>& op);
-  void cancel(const std::shared_ptr<inproc::PendingOp>& op);
-  void wait(const inproc::PendingOp& op, std::chrono::steady_clock::time_point deadline);
+  // Used by InprocTransport and InprocRequest. post() takes the caller's reference.
+  void post(inproc::PendingOp* op);
+  // Makes `op` final: takes it out of its queue (failed as cancelled) or finishes its transfer.
+  void cancel(inproc::PendingOp* op);
+  void wait(inproc::PendingOp* op, std::chrono::steady_clock::time_point deadline);
+  // Non-blocking: transfers a matched op if nobody has claimed it; true once final.
+  bool test(inproc::PendingOp* op);
 
   explicit InprocWorld(int size);  // use create()
 
  private:
-  using Key = std::pair<int, std::uint64_t>;  // (source rank, tag)
-  using Queue = std::deque<std::shared_ptr<inproc::PendingOp>>;
-  // Unmatched operations addressed to one rank. For each key at most one of the two maps holds
-  // entries: a receive that finds a queued send takes it, and the other way round.
-  struct Mailbox {
-    std::mutex mu;
-    std::map<Key, Queue> sends;
-    std::map<Key, Queue> recvs;
+  // Unmatched ops of one (source, destination) pair in posting order.
+  struct OpList {
+    inproc::PendingOp* head = nullptr;
+    inproc::PendingOp* tail = nullptr;
+    void push_back(inproc::PendingOp* op);
+    void erase(inproc::PendingOp* op);
+    // The oldest op with `tag`, or null.
+    inproc::PendingOp* find(std::uint64_t tag) const;
+  };
+  // At most one of the two lists holds ops of a given tag: a receive that finds a queued send
+  // takes it, and the other way round.
+  struct alignas(64) Lane {
+    inproc::SpinLock lock;
+    OpList sends;
+    OpList recvs;
   };
   // Where a rank's waiting threads sleep after spinning.
-  struct Waker {
+  struct alignas(64) Waker {
     std::mutex mu;
     std::condition_variable cv;
     std::atomic<int> sleepers{0};
   };
+  // The CPU a rank's thread last posted or waited on. A waiter whose peer last ran on its own CPU
+  // sleeps at once instead of spinning: the peer cannot run until it gives the core up.
+  struct alignas(64) CpuSlot {
+    std::atomic<int> cpu{-1};
+  };
 
-  void post_send(const std::shared_ptr<inproc::PendingOp>& op);
-  void post_recv(const std::shared_ptr<inproc::PendingOp>& op);
-  // Copies the message of `send` into `recv` (both already out of their queues) and completes
-  // both, or fails both when the message does not fit.
+  Lane& lane(int dest, int source) {
+    return lanes_[static_cast<std::size_t>(dest) * static_cast<std::size_t>(size_) +
+                  static_cast<std::size_t>(source)];
+  }
+  void post_send(inproc::PendingOp* op);
+  void post_recv(inproc::PendingOp* op);
+  // Links a matched pair so that either owner can claim the transfer later; under the lane lock.
+  static void link(inproc::PendingOp* send, inproc::PendingOp* recv);
+  // Claims the transfer of a matched op (either side) and does it; false if already claimed.
+  bool try_claim(inproc::PendingOp* op);
+  bool claimable(const inproc::PendingOp* op) const;
+  // Moves (copies or reduces) the message of `send` into `recv` and completes both, or fails both
+  // when the sizes or types do not fit. Both are out of their queues; `recv` is claimed.
   void transfer(inproc::PendingOp& send, inproc::PendingOp& recv);
   void complete(inproc::PendingOp& op, inproc::OpState state);
   void fail(inproc::PendingOp& op, std::string error);
+  void wake(int rank);
+  // Records the calling thread's CPU for `rank` (written only when it changed); returns it.
+  int note_cpu(int rank);
+  // If `rank`'s op may never complete because source or dest was aborted: the error.
+  std::optional<std::string> aborted_error(const inproc::PendingOp& op);
   std::string describe(const inproc::PendingOp& op) const;
-  bool is_aborted(int rank) const { return aborted_[static_cast<std::size_t>(rank)].load(); }
+  bool is_aborted(int rank) const {
+    return aborted_[static_cast<std::size_t>(rank)].load(std::memory_order_seq_cst);
+  }
 
   int size_;
-  std::vector<Mailbox> mailboxes_;
-  std::vector<Waker> wakers_;
+  std::unique_ptr<Lane[]> lanes_;  // size x size, index dest x size + source
+  std::unique_ptr<Waker[]> wakers_;
+  std::unique_ptr<CpuSlot[]> cpus_;
   std::unique_ptr<std::atomic<bool>[]> aborted_;
   mutable std::mutex abort_mu_;
   std::vector<std::string> abort_reasons_;  // guarded by abort_mu_

@@ -29,7 +29,12 @@ import json, sys
 rows = json.load(sys.stdin)
 ops = {"allreduce", "broadcast", "allgather", "reduce_scatter"}
 assert {r["op"] for r in rows} == ops, rows
-assert len(rows) == (5 + 3) * 3, len(rows)
+algorithms = {r["algorithm"] for r in rows if r["op"] == "allreduce"}
+# Every registered allreduce algorithm but native (inproc has none), three sizes each.
+assert algorithms >= {"ring", "parameter-server", "sharded-ps", "tree", "halving-doubling",
+                      "double-binary-tree", "hierarchical", "auto"}, algorithms
+assert "native" not in algorithms
+assert len(rows) == (len(algorithms) + 3) * 3, len(rows)
 factor = {"allreduce": 1.0, "broadcast": 1.0, "allgather": 0.5, "reduce_scatter": 0.5}
 for r in rows:
     for key in ("op", "algorithm", "transport", "ranks", "size", "count", "dtype", "time_us",

@@ -27,15 +27,17 @@ assert all(r["gflops"] > 0 for r in rows), rows
 "$DTRAIN" bench collectives --json --ranks 2 --sizes 4,1K,64K --iters 2 --warmup 1 | python3 -c '
 import json, sys
 rows = json.load(sys.stdin)
-ops = {"allreduce", "broadcast", "allgather", "reduce_scatter"}
+ops = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "scatter", "gather",
+       "alltoall"}
 assert {r["op"] for r in rows} == ops, rows
 algorithms = {r["algorithm"] for r in rows if r["op"] == "allreduce"}
 # Every registered allreduce algorithm but native (inproc has none), three sizes each.
 assert algorithms >= {"ring", "parameter-server", "sharded-ps", "tree", "halving-doubling",
                       "double-binary-tree", "hierarchical", "auto"}, algorithms
 assert "native" not in algorithms
-assert len(rows) == (len(algorithms) + 3) * 3, len(rows)
-factor = {"allreduce": 1.0, "broadcast": 1.0, "allgather": 0.5, "reduce_scatter": 0.5}
+assert len(rows) == (len(algorithms) + 7) * 3, len(rows)
+factor = {"allreduce": 1.0, "broadcast": 1.0, "reduce": 1.0, "allgather": 0.5,
+          "reduce_scatter": 0.5, "scatter": 0.5, "gather": 0.5, "alltoall": 0.5}
 for r in rows:
     for key in ("op", "algorithm", "transport", "ranks", "size", "count", "dtype", "time_us",
                 "algbw", "busbw", "correct"):

@@ -38,7 +38,10 @@ TEST(CollectiveBenchmark, BusBandwidthFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor("reduce_scatter", 8), 0.875);
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor("broadcast", 8), 1.0);
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor("allreduce", 1), 0.0);
-  EXPECT_THROW(bus_bandwidth_factor("alltoall", 2), ConfigError);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor("alltoall", 4), 0.75);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor("scatter", 2), 0.5);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor("reduce", 4), 1.0);
+  EXPECT_THROW(bus_bandwidth_factor("allpairs", 2), ConfigError);
 }
 
 TEST(CollectiveBenchmark, RowsAreCorrectAndCarryTheBusFactor) {
@@ -47,7 +50,7 @@ TEST(CollectiveBenchmark, RowsAreCorrectAndCarryTheBusFactor) {
   const auto rows = run_collective_benchmark(options, [&](const auto&) { ++reported; });
   // Every allreduce algorithm but "native" (inproc has none) + broadcast + allgather +
   // reduce_scatter, x 3 P x 3 sizes.
-  ASSERT_EQ(rows.size(), (allreduce_algorithms().size() - 1 + 3) * 3 * 3);
+  ASSERT_EQ(rows.size(), (allreduce_algorithms().size() - 1 + 7) * 3 * 3);
   EXPECT_EQ(reported, static_cast<int>(rows.size()));
   for (const auto& row : rows) {
     SCOPED_TRACE(row.op + " " + row.algorithm + " P=" + std::to_string(row.ranks) +
@@ -107,7 +110,7 @@ TEST(CollectiveBenchmark, UnknownNamesAreConfigErrorsNamingTheAcceptedValues) {
   options.transport = "mpi";
   EXPECT_THROW(validate_collective_benchmark_options(options), ConfigError);
   options = tiny({2});
-  options.ops = {"alltoall"};
+  options.ops = {"allpairs"};
   EXPECT_THROW(validate_collective_benchmark_options(options), ConfigError);
   options = tiny({0});
   EXPECT_THROW(validate_collective_benchmark_options(options), ConfigError);

@@ -53,7 +53,17 @@ double get_value(const std::byte* data, std::int64_t i, DType dtype) {
 }
 
 // The single algorithm of the collectives other than allreduce.
-std::string fixed_algorithm(std::string_view op) { return op == "broadcast" ? "binomial" : "ring"; }
+std::string fixed_algorithm(std::string_view op) {
+  if (op == "broadcast" || op == "reduce" || op == "scatter" || op == "gather") return "binomial";
+  if (op == "alltoall") return "pairwise";
+  return "ring";
+}
+
+// Ops whose nccl-tests size is P blocks of `block` elements (the large side of the call).
+bool blocked(std::string_view op) {
+  return op == "allgather" || op == "reduce_scatter" || op == "scatter" || op == "gather" ||
+         op == "alltoall";
+}
 
 std::string join(const std::vector<std::string>& names) {
   std::string out;
@@ -75,9 +85,9 @@ const std::vector<std::string>& transport_names() {
 // The buffers of one call on one rank: `size` bytes in the nccl-tests sense (see the row).
 struct Buffers {
   std::int64_t count = 0;  // elements of the row's size
-  std::int64_t block = 0;  // elements per rank's block (allgather / reduce_scatter), else count
+  std::int64_t block = 0;  // elements per rank's block (blocked ops), else count
   std::vector<std::byte> input;
-  std::vector<std::byte> output;  // allgather / reduce_scatter only
+  std::vector<std::byte> output;  // all but allreduce and broadcast (in place)
 };
 
 Buffers make_buffers(std::string_view op, std::int64_t size, DType dtype, int ranks) {
@@ -86,17 +96,20 @@ Buffers make_buffers(std::string_view op, std::int64_t size, DType dtype, int ra
   Buffers b;
   b.count = std::max<std::int64_t>(1, size / element);
   b.block = b.count;
-  if (op == "allgather" || op == "reduce_scatter") {
+  if (blocked(op)) {
     b.block = std::max<std::int64_t>(1, b.count / p);
     b.count = b.block * p;
   }
   const auto bytes = [&](std::int64_t n) { return static_cast<std::size_t>(n * element); };
-  if (op == "allgather") {
+  if (op == "allgather" || op == "gather") {
     b.input.resize(bytes(b.block));
     b.output.resize(bytes(b.count));
-  } else if (op == "reduce_scatter") {
+  } else if (op == "reduce_scatter" || op == "scatter") {
     b.input.resize(bytes(b.count));
     b.output.resize(bytes(b.block));
+  } else if (op == "alltoall" || op == "reduce") {
+    b.input.resize(bytes(b.count));
+    b.output.resize(bytes(b.count));
   } else {
     b.input.resize(bytes(b.count));
   }
@@ -111,8 +124,16 @@ void call_op(Communicator& comm, std::string_view op, Buffers& b, DType dtype,
     comm.broadcast(b.input.data(), b.count, dtype, 0, call);
   } else if (op == "allgather") {
     comm.allgather(b.input.data(), b.output.data(), b.block, dtype, call);
-  } else {
+  } else if (op == "reduce_scatter") {
     comm.reduce_scatter(b.input.data(), b.output.data(), b.block, dtype, ReduceOp::kSum, call);
+  } else if (op == "reduce") {
+    comm.reduce(b.input.data(), b.output.data(), b.count, dtype, ReduceOp::kSum, 0, call);
+  } else if (op == "scatter") {
+    comm.scatter(b.input.data(), b.output.data(), b.block, dtype, 0, call);
+  } else if (op == "gather") {
+    comm.gather(b.input.data(), b.output.data(), b.block, dtype, 0, call);
+  } else {
+    comm.alltoall(b.input.data(), b.output.data(), b.block, dtype, call);
   }
 }
 
@@ -141,13 +162,39 @@ bool check_once(Communicator& comm, std::string_view op, Buffers& b, DType dtype
     for (std::int64_t j = 0; j < b.count && ok; ++j)
       ok = get_value(b.output.data(), j, dtype) ==
            static_cast<double>((j / b.block + j % b.block) % 7);
-  } else {
+  } else if (op == "reduce_scatter") {
     for (std::int64_t j = 0; j < b.count; ++j) put_value(b.input.data(), j, dtype, r + 1 + j % 5);
     call_op(comm, op, b, dtype, call);
     for (std::int64_t i = 0; i < b.block && ok; ++i) {
       const std::int64_t j = r * b.block + i;
       ok = get_value(b.output.data(), i, dtype) == rank_sum + p * static_cast<double>(j % 5);
     }
+  } else if (op == "reduce") {
+    for (std::int64_t i = 0; i < b.count; ++i) put_value(b.input.data(), i, dtype, r + 1 + i % 5);
+    call_op(comm, op, b, dtype, call);
+    for (std::int64_t i = 0; r == 0 && i < b.count && ok; ++i)
+      ok = get_value(b.output.data(), i, dtype) == rank_sum + p * static_cast<double>(i % 5);
+  } else if (op == "scatter") {
+    // Root's block d, element i: (d + i) % 7, which rank d receives.
+    for (std::int64_t j = 0; j < b.count; ++j)
+      put_value(b.input.data(), j, dtype, r == 0 ? (j / b.block + j % b.block) % 7 : 0);
+    call_op(comm, op, b, dtype, call);
+    for (std::int64_t i = 0; i < b.block && ok; ++i)
+      ok = get_value(b.output.data(), i, dtype) == static_cast<double>((r + i) % 7);
+  } else if (op == "gather") {
+    for (std::int64_t i = 0; i < b.block; ++i) put_value(b.input.data(), i, dtype, (r + i) % 7);
+    call_op(comm, op, b, dtype, call);
+    for (std::int64_t j = 0; r == 0 && j < b.count && ok; ++j)
+      ok = get_value(b.output.data(), j, dtype) ==
+           static_cast<double>((j / b.block + j % b.block) % 7);
+  } else {
+    // alltoall: rank r's block d, element i = (r + 2 d + i) % 7 lands in block r of rank d.
+    for (std::int64_t j = 0; j < b.count; ++j)
+      put_value(b.input.data(), j, dtype, (r + 2 * (j / b.block) + j % b.block) % 7);
+    call_op(comm, op, b, dtype, call);
+    for (std::int64_t j = 0; j < b.count && ok; ++j)
+      ok = get_value(b.output.data(), j, dtype) ==
+           static_cast<double>((j / b.block + 2 * r + j % b.block) % 7);
   }
   std::int32_t flag = ok ? 1 : 0;
   comm.allreduce(&flag, 1, DType::kI32, ReduceOp::kMin);
@@ -230,16 +277,17 @@ std::vector<std::int64_t> default_benchmark_sizes() {
 }
 
 const std::vector<std::string>& benchmark_ops() {
-  static const std::vector<std::string> ops = {"allreduce", "broadcast", "allgather",
-                                               "reduce_scatter"};
+  static const std::vector<std::string> ops = {"allreduce",      "broadcast", "reduce", "allgather",
+                                               "reduce_scatter", "scatter",   "gather", "alltoall"};
   return ops;
 }
 
 double bus_bandwidth_factor(std::string_view op, int ranks) {
   const double p = ranks;
   if (op == "allreduce") return 2 * (p - 1) / p;
-  if (op == "allgather" || op == "reduce_scatter") return (p - 1) / p;
-  if (op == "broadcast") return 1.0;
+  // nccl-tests: the data every rank must send or receive over its link, per byte of `size`.
+  if (blocked(op)) return (p - 1) / p;
+  if (op == "broadcast" || op == "reduce") return 1.0;
   throw ConfigError(fmt::format("collective benchmark: unknown op '{}'; accepted: {}", op,
                                 join(benchmark_ops())));
 }

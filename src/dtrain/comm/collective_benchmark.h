@@ -8,7 +8,8 @@
 // size gets one correctness call on known values, `warmup` untimed calls, then, after a barrier,
 // `iterations` timed calls. time per call = max over ranks of elapsed / iterations (the slowest
 // rank bounds a collective). algbw = size / time, busbw = algbw x factor (nccl-tests: allreduce
-// 2(P-1)/P, allgather and reduce_scatter (P-1)/P, broadcast 1), so busbw is comparable across P and
+// 2(P-1)/P; allgather, reduce_scatter, scatter, gather and alltoall (P-1)/P; broadcast and
+// reduce 1), so busbw is comparable across P and
 // with the link bandwidth.
 #pragma once
 
@@ -25,7 +26,8 @@ namespace dtrain::comm {
 // 4 B, 16 B, ..., 256 MiB: powers of 4 (14 sizes).
 std::vector<std::int64_t> default_benchmark_sizes();
 
-// "allreduce", "broadcast", "allgather", "reduce_scatter".
+// "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "scatter", "gather",
+// "alltoall" (rooted ones at root 0).
 const std::vector<std::string>& benchmark_ops();
 
 // The nccl-tests bus-bandwidth factor of `op` on P ranks; ConfigError for an unknown op.
@@ -36,7 +38,7 @@ struct CollectiveBenchmarkOptions {
   std::vector<std::string> ops = benchmark_ops();
   // Allreduce algorithms (allreduce_algorithms() names); empty means all that run on the
   // transport ("native" only on mpi). The other ops have one algorithm each ("binomial" broadcast,
-  // "ring" allgather/reduce_scatter).
+  // "ring" allgather/reduce_scatter, "binomial" reduce/scatter/gather, "pairwise" alltoall).
   std::vector<std::string> algorithms;
   // "inproc" (spawn_ranks threads) or "mpi" (the processes of an mpirun job: launched_by_mpirun()
   // must be true, and `ranks` must be exactly {the job's size}).
@@ -64,9 +66,10 @@ struct CollectiveBenchmarkRow {
   std::string transport;
   int ranks = 0;
   // Bytes per rank, as nccl-tests counts them: the buffer of allreduce/broadcast, the (P x count)
-  // output of allgather, the (P x count) input of reduce_scatter. The requested size is rounded
-  // down to whole elements (and to a multiple of P elements for allgather/reduce_scatter), at
-  // least one element (P for those two).
+  // output of allgather and gather, the (P x count) input of reduce_scatter and scatter, the
+  // (P x count) buffers of alltoall. The requested size is rounded
+  // down to whole elements (and to a multiple of P elements for those five), at
+  // least one element (P for those five).
   std::int64_t size = 0;
   std::int64_t count = 0;  // size / dtype_size(dtype) elements
   std::string dtype;

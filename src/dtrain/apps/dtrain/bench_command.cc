@@ -153,7 +153,8 @@ void run_bench_collectives(const comm::CollectiveBenchmarkOptions& options, bool
   if (!json && printer) {
     fmt::print(
         "# dtrain bench collectives: time per call = max over ranks; busbw factors: "
-        "allreduce 2(P-1)/P, allgather/reduce_scatter (P-1)/P, broadcast 1\n");
+        "allreduce 2(P-1)/P, allgather/reduce_scatter/scatter/gather/alltoall (P-1)/P, "
+        "broadcast/reduce 1\n");
     fmt::print("{:<15} {:<17} {:<9} {:>5} {:>12} {:>11} {:>5} {:>7} {:>11} {:>8} {:>8} {:>7}\n",
                "op", "algorithm", "transport", "ranks", "size(B)", "count", "type", "iters",
                "time(us)", "algbw", "busbw", "correct");

@@ -13,6 +13,7 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/comm/algorithms/algorithms.h"
+#include "dtrain/train/straggler.h"
 
 namespace dtrain::train {
 namespace {
@@ -62,12 +63,12 @@ std::vector<Field> fields(Config& c) {
       {"model",
        "name",
        &m.name,
-       "architecture",
+       "architecture (logistic, svm: sparse linear models, parallel.strategy = \"hogwild\" only)",
        -kInf,
        kInf,
        false,
        false,
-       {"mlp", "lenet5", "resnet"}},
+       {"mlp", "lenet5", "resnet", "logistic", "svm"}},
       {"model", "hidden", &m.hidden, "mlp: widths of the hidden layers", 1},
       {"model",
        "activation",
@@ -104,19 +105,27 @@ std::vector<Field> fields(Config& c) {
        kInf,
        false,
        false,
-       {"fashion-mnist", "mnist", "cifar10", "synthetic"}},
-      {"data", "path", &d.path, "folder holding the data set files (not used by synthetic)"},
-      int_at_least("data", "synthetic_samples", &d.synthetic_samples, "synthetic: training samples",
-                   1),
+       {"fashion-mnist", "mnist", "cifar10", "synthetic", "libsvm", "sparse-synthetic"}},
+      {"data", "path", &d.path,
+       "folder holding the data set files (libsvm: the training file; not used by synthetic)"},
+      {"data", "test_path", &d.test_path, "libsvm: the test file (\"\" = no test set)"},
+      int_at_least("data", "sparse_features", &d.sparse_features,
+                   "sparse-synthetic: features d (length of w*)", 1),
+      int_at_least("data", "sparse_nonzeros", &d.sparse_nonzeros,
+                   "sparse-synthetic: non-zero features per sample (<= sparse_features)", 1),
+      {"data", "sparse_label_noise", &d.sparse_label_noise,
+       "sparse-synthetic: probability that a label is flipped", 0, 0.5},
+      int_at_least("data", "synthetic_samples", &d.synthetic_samples,
+                   "synthetic, sparse-synthetic: training samples", 1),
       int_at_least("data", "synthetic_test_samples", &d.synthetic_test_samples,
-                   "synthetic: test samples", 1),
+                   "synthetic, sparse-synthetic: test samples", 1),
       {"data", "synthetic_classes", &d.synthetic_classes, "synthetic: classes", 2, 1000},
       {"data", "synthetic_shape", &d.synthetic_shape,
        "synthetic: one sample's shape (C, H, W), at most 65536 values", 1, 4096},
       {"data", "synthetic_noise", &d.synthetic_noise,
        "synthetic: standard deviation around the class means", 0},
       int_at_least("data", "synthetic_seed", &d.synthetic_seed,
-                   "synthetic: seed of the generated data", 0),
+                   "synthetic, sparse-synthetic: seed of the generated data", 0),
       int_at_least("data", "limit_train", &d.limit_train,
                    "use only the first N training samples (0 = all)", 0),
       int_at_least("data", "limit_test", &d.limit_test,
@@ -207,6 +216,15 @@ std::vector<Field> fields(Config& c) {
       {"schedule", "warmup_factor", &s.warmup_factor, "constant warmup: lr = factor * peak", 0, 1,
        true, false},
 
+      {"parallel",
+       "strategy",
+       &p.strategy,
+       "how workers share the model (hogwild: lock-free threads, docs/HOGWILD.md)",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"allreduce", "hogwild"}},
       {"parallel", "workers", &p.workers,
        "data-parallel ranks as threads of each process (x processes under mpirun)", 1, 1024},
       {"parallel", "allreduce", &p.allreduce, "gradient allreduce algorithm", -kInf, kInf, false,
@@ -223,6 +241,8 @@ std::vector<Field> fields(Config& c) {
        "deadline of every communication wait (0 = DTRAIN_COMM_TIMEOUT_MS, else 60)", 0},
       int_at_least("parallel", "trace_steps", &p.trace_steps,
                    "steps recorded in trace.json (0 = no trace)", 0),
+      {"parallel", "straggler", &p.straggler,
+       "injected slowness: rank=R,slowdown=S or random=exp|pareto,mean_ms=M (\"\" = none)"},
   };
 }
 
@@ -536,6 +556,36 @@ void validate_impl(const Config& config, const Origins& origins) {
     throw ConfigError(fmt::format(
         "config key 'schedule.step_size' = 0 in {} must be > 0 when schedule.decay = \"step\"",
         where("schedule.step_size")));
+  }
+  // The sparse linear models go with the sparse data sets, only under Hogwild!; Hogwild! also
+  // trains the MLP on the dense data sets.
+  const bool hogwild = config.parallel.strategy == "hogwild";
+  const bool linear = config.model.name == "logistic" || config.model.name == "svm";
+  const bool sparse = config.data.dataset == "libsvm" || config.data.dataset == "sparse-synthetic";
+  if (linear != sparse || (linear && !hogwild) ||
+      (hogwild && !linear && config.model.name != "mlp")) {
+    throw ConfigError(fmt::format(
+        "config keys 'parallel.strategy' = \"{}\" ({}), 'model.name' = \"{}\" ({}) and "
+        "'data.dataset' = \"{}\" ({}) do not fit together; models \"logistic\" and \"svm\" "
+        "need a sparse data set (\"libsvm\", \"sparse-synthetic\") and strategy \"hogwild\", "
+        "and sparse data sets need them; strategy \"hogwild\" also trains \"mlp\" on the "
+        "dense data sets",
+        config.parallel.strategy, where("parallel.strategy"), config.model.name,
+        where("model.name"), config.data.dataset, where("data.dataset")));
+  }
+  if (config.data.dataset == "sparse-synthetic" &&
+      config.data.sparse_nonzeros > config.data.sparse_features) {
+    throw ConfigError(fmt::format(
+        "config key 'data.sparse_nonzeros' = {} ({}) is more than 'data.sparse_features' = {} "
+        "({}); a sample has at most one value per feature",
+        config.data.sparse_nonzeros, where("data.sparse_nonzeros"), config.data.sparse_features,
+        where("data.sparse_features")));
+  }
+  try {
+    parse_straggler(config.parallel.straggler);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("config key 'parallel.straggler' in {}: {}",
+                                  where("parallel.straggler"), e.what()));
   }
   const auto& shape = config.data.synthetic_shape;
   std::int64_t numel = 1;

@@ -17,7 +17,7 @@ namespace dtrain::train {
 
 // [model]: what nn::build_model builds (see nn/model_zoo.h for the meaning of each key).
 struct ModelSection {
-  std::string name = "mlp";                    // mlp | lenet5 | resnet
+  std::string name = "mlp";  // mlp | lenet5 | resnet | logistic | svm (the last two: hogwild)
   std::vector<std::int64_t> hidden{256, 256};  // mlp hidden widths
   std::string activation = "relu";
   double activation_alpha = 0.01;
@@ -31,8 +31,15 @@ struct ModelSection {
 
 // [data]: the data set and how much of it to use.
 struct DataSection {
-  std::string dataset = "fashion-mnist";  // fashion-mnist | mnist | cifar10 | synthetic
-  std::string path = "/usr/share/datasets/fashion-mnist";
+  // fashion-mnist | mnist | cifar10 | synthetic | libsvm | sparse-synthetic (the last two: hogwild)
+  std::string dataset = "fashion-mnist";
+  std::string path = "/usr/share/datasets/fashion-mnist";  // libsvm: the training file
+  std::string test_path;  // libsvm: the test file ("" = no test set)
+  // sparse-synthetic (data::make_sparse_synthetic): synthetic_samples + synthetic_test_samples
+  // samples of synthetic_seed, labels sign(w* . x) flipped with probability sparse_label_noise.
+  std::int64_t sparse_features = 100000;
+  std::int64_t sparse_nonzeros = 20;
+  double sparse_label_noise = 0.0;
   // synthetic only: Gaussian class clusters (data::make_synthetic); one draw of
   // synthetic_samples + synthetic_test_samples is split into train and test, so both come from the
   // same class means.
@@ -98,6 +105,7 @@ struct ScheduleSection {
 // [parallel]: synchronous data parallelism (docs/PARALLEL.md). train.batch_size is the global
 // batch: each step's batch is split over all ranks (threads x processes).
 struct ParallelSection {
+  std::string strategy = "allreduce";   // allreduce | hogwild (docs/HOGWILD.md)
   std::int64_t workers = 1;             // ranks as threads of each process
   std::string allreduce = "ring";       // a comm allreduce algorithm
   std::int64_t fusion_bytes = 1 << 20;  // gradient bucket size; 0 = one per tensor
@@ -106,6 +114,7 @@ struct ParallelSection {
   double stall_warning_seconds = 10.0;  // warn when a bucket waits this long
   double comm_timeout_seconds = 0.0;    // deadline of every wait; 0 = DTRAIN_COMM_TIMEOUT_MS or 60
   std::int64_t trace_steps = 50;        // steps recorded in trace.json; 0 = no trace
+  std::string straggler;                // injected slowness (train/straggler.h); "" = none
   bool operator==(const ParallelSection&) const = default;
 };
 

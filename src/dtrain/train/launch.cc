@@ -13,6 +13,7 @@
 #include "dtrain/comm/spawn_process_ranks.h"
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/comm/transport/mpi/world.h"
+#include "dtrain/train/hogwild_run.h"
 
 namespace dtrain::train {
 namespace {
@@ -69,6 +70,7 @@ RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
 }  // namespace
 
 RunSummary run_training(const Config& config, const TrainerOptions& options) {
+  if (config.parallel.strategy == "hogwild") return run_hogwild(config, options);
   if (comm::launched_by_mpirun()) return run_under_mpi(config, options);
   const auto workers = static_cast<int>(config.parallel.workers);
   if (workers == 1) {

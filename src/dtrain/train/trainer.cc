@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
 #include "dtrain/base/error.h"
 #include "dtrain/base/thread_pool.h"
@@ -152,6 +153,7 @@ Trainer::Trainer(Config config, TrainerOptions options)
         n, smallest));
   }
   schedule_ = std::make_unique<optim::LrSchedule>(schedule_config(config_, steps_per_epoch_));
+  straggler_ = parse_straggler(config_.parallel.straggler);
 }
 
 Trainer::~Trainer() = default;
@@ -221,6 +223,18 @@ float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t>
                fmt::format(R"({{"step":{},"micro_batch":{}}})", step, m));
   }
   last_step_ = StepTimes{};
+  if (straggler_.kind != StragglerSpec::Kind::kNone) {
+    // An injected straggler (train/straggler.h): its gradients arrive late, as a slow machine's.
+    const double compute = std::chrono::duration<double>(Clock::now() - step_start).count();
+    const double delay = straggler_delay_seconds(
+        straggler_, static_cast<std::uint64_t>(config_.train.seed), rank_, step, compute);
+    if (delay > 0.0) {
+      const auto delay_start = Clock::now();
+      std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+      trace_.add("straggler delay", "straggler", TraceRecorder::kComputeThread, delay_start,
+                 Clock::now(), fmt::format(R"({{"step":{}}})", step));
+    }
+  }
   if (sync_) {
     const auto wait_start = Clock::now();
     sync_->finish();

@@ -51,6 +51,7 @@
 #include "dtrain/train/config.h"
 #include "dtrain/train/metrics.h"
 #include "dtrain/train/run_data.h"
+#include "dtrain/train/straggler.h"
 #include "dtrain/train/trace.h"
 
 namespace dtrain::train {
@@ -134,6 +135,7 @@ class Trainer {
   std::unique_ptr<parallel::GradientSynchronizer> sync_;
   std::unique_ptr<parallel::SyncBatchNormReducer> bn_reducer_;
   StepTimes last_step_;
+  StragglerSpec straggler_;
   TraceRecorder trace_;
 };
 

@@ -26,10 +26,12 @@ struct TrainFlags {
   std::int64_t epochs = 0;
   std::int64_t threads = 0;
   std::int64_t workers = 0;
+  std::string strategy;
   std::string allreduce;
   std::int64_t fusion_bytes = -1;
   bool no_overlap = false;
   bool sync_bn = false;
+  std::string straggler;
   bool quiet = false;
 };
 
@@ -47,6 +49,8 @@ Examples:
   dtrain train --config examples/fashion_mlp.toml --workers 2 --allreduce ring
                                                      # data parallel: 2 ranks as threads
   dtrain train --config examples/fashion_mlp.toml --workers 2 --no-overlap --fusion-bytes 0
+  dtrain train --config examples/hogwild_sparse.toml --strategy hogwild --workers 2
+                                                     # Hogwild!: 2 threads, no locks
 
 Data parallelism: train.batch_size is the global batch, split over the ranks; gradients are
 averaged with the chosen allreduce in buckets of --fusion-bytes, overlapped with backward.
@@ -78,6 +82,9 @@ int run_train(const TrainFlags& flags) {
   if (flags.epochs > 0) overrides.push_back(fmt::format("train.epochs={}", flags.epochs));
   if (flags.threads > 0) overrides.push_back(fmt::format("train.threads={}", flags.threads));
   if (flags.workers > 0) overrides.push_back(fmt::format("parallel.workers={}", flags.workers));
+  if (!flags.strategy.empty()) {
+    overrides.push_back(fmt::format("parallel.strategy=\"{}\"", flags.strategy));
+  }
   if (!flags.allreduce.empty()) {
     overrides.push_back(fmt::format("parallel.allreduce=\"{}\"", flags.allreduce));
   }
@@ -86,6 +93,9 @@ int run_train(const TrainFlags& flags) {
   }
   if (flags.no_overlap) overrides.push_back("parallel.overlap=false");
   if (flags.sync_bn) overrides.push_back("parallel.sync_batch_norm=true");
+  if (!flags.straggler.empty()) {
+    overrides.push_back(fmt::format("parallel.straggler=\"{}\"", flags.straggler));
+  }
 
   train::Config config;
   train::TrainerOptions options;
@@ -139,6 +149,9 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--workers,-w", flags->workers,
                   "data-parallel ranks as threads (shortcut for --set parallel.workers=N)")
       ->check(CLI::PositiveNumber);
+  sub->add_option("--strategy", flags->strategy,
+                  "how the workers share the model: allreduce (default) or hogwild (lock-free "
+                  "threads on a sparse linear model, docs/HOGWILD.md)");
   sub->add_option(
       "--allreduce", flags->allreduce,
       "gradient allreduce algorithm (ring, tree, halving-doubling, ...; `dtrain config` "
@@ -149,6 +162,10 @@ Command add_train_command(CLI::App& app) {
   sub->add_flag("--no-overlap", flags->no_overlap,
                 "allreduce the gradients after backward instead of during it");
   sub->add_flag("--sync-bn", flags->sync_bn, "batch-norm statistics over all ranks");
+  sub->add_option("--straggler", flags->straggler,
+                  "inject slowness for experiments: rank=R,slowdown=S or "
+                  "random=exp|pareto,mean_ms=M[,alpha=A]")
+      ->type_name("SPEC");
   sub->add_flag("--quiet,-q", flags->quiet, "no progress output (errors are still printed)");
   resume->excludes(config)->excludes(out);
   sub->callback([flags, config, resume] {

@@ -1,0 +1,93 @@
+// Hogwild! (Niu, Recht, Re, Wright, NIPS 2011): lock-free parallel SGD on a sparse linear model.
+//
+// T threads share one weight vector w (d floats) and no lock. Epoch e visits the permutation
+// data::ShuffledSampler(N, seed).epoch_order(e), cut into consecutive chunks of 1024 samples; a
+// thread takes the next chunk from a shared atomic counter when it has finished its last (so a
+// thread the OS descheduled does not hold up the epoch) and runs plain per-sample SGD over it.
+// For sample (x, y), y = +-1, with S the stored columns of x:
+//   z = sum_{j in S} w_j x_j                                 (float, in column order)
+//   g = y * loss'(y z)                                       (d loss / d z)
+//   w_j <- w_j - lr * (g x_j + l2 w_j)      for j in S only  (L2 on the touched coordinates)
+// with loss(m) = log(1 + exp(-m)) (logistic regression) or max(0, 1 - m) (linear SVM, hinge;
+// loss'(1) = 0 is the subgradient taken). A sample whose update is zero (hinge with y z > 1 and
+// l2 = 0) writes nothing. Cost: 2 k reads of w and k writes per sample with k = |S|.
+//
+// Every access to w during an epoch goes through std::atomic_ref<float> with memory_order_relaxed,
+// and the read-modify-write of w_j is a relaxed load followed by a relaxed store, not a CAS loop:
+// an update of another thread that lands between the two is overwritten (a lost update), and z
+// may mix old and new coordinates. Those are exactly the races Hogwild! allows; relaxed atomics
+// make them defined behaviour (no data race in the C++ sense, so ThreadSanitizer stays quiet) at
+// the cost of plain loads and stores on x86-64. docs/HOGWILD.md explains why sparse SGD still
+// converges.
+//
+// With T = 1 this is sequential SGD over the same order, bit for bit. Between epochs the threads
+// are joined, so weights(), evaluate() and the epoch's statistics see every write.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dtrain/data/sparse_dataset.h"
+
+namespace dtrain::parallel {
+
+enum class LinearLoss { kLogistic, kHinge };
+
+// "logistic" -> kLogistic, "svm" or "hinge" -> kHinge; ConfigError naming the accepted names.
+LinearLoss linear_loss_from_name(const std::string& name);
+const char* linear_loss_name(LinearLoss loss);
+
+// loss(m) at margin m = y z, computed stably in double.
+double linear_loss(LinearLoss loss, double margin);
+// d loss / d m at margin m, in float (what the updates use).
+float linear_loss_derivative(LinearLoss loss, float margin);
+
+struct HogwildOptions {
+  LinearLoss loss = LinearLoss::kLogistic;
+  int threads = 1;         // T >= 1
+  float l2 = 0.0f;         // lambda >= 0
+  std::uint64_t seed = 0;  // epoch orders
+  bool shuffle = true;     // false: every epoch visits 0 .. N-1
+};
+
+// One epoch's figures.
+struct HogwildEpoch {
+  std::int64_t updates = 0;  // samples visited, all threads
+  double seconds = 0.0;      // wall time from starting the threads to joining them
+  double updates_per_second = 0.0;
+  std::vector<std::int64_t> thread_updates;  // T counts
+  std::vector<double> thread_cpu_seconds;    // T: CPU time of each thread's updates
+};
+
+struct LinearEvaluation {
+  double loss = 0.0;      // mean loss over the samples (without the L2 term)
+  double accuracy = 0.0;  // fraction with sign(z) == y, z >= 0 counting as +1
+};
+
+class Hogwild {
+ public:
+  // w starts at 0 with train.num_features values. The data set must outlive this object and have
+  // labels -1 / +1 (ConfigError otherwise, naming the sample). ConfigError for threads < 1 or a
+  // negative or non-finite l2.
+  Hogwild(const data::SparseDataset& train, HogwildOptions options);
+
+  // Runs epoch `epoch` (>= 0; its shuffle) at learning rate lr > 0 on options.threads threads.
+  HogwildEpoch run_epoch(std::int64_t epoch, float lr);
+
+  std::span<float> weights() { return weights_; }
+  std::span<const float> weights() const { return weights_; }
+  const HogwildOptions& options() const { return options_; }
+
+  // Loss and accuracy of the current weights on `data` (columns >= d contribute 0), over
+  // options.threads threads. Not to be called while run_epoch runs.
+  LinearEvaluation evaluate(const data::SparseDataset& data) const;
+
+ private:
+  const data::SparseDataset& train_;
+  HogwildOptions options_;
+  std::vector<float> weights_;
+};
+
+}  // namespace dtrain::parallel

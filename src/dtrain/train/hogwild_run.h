@@ -1,0 +1,32 @@
+// A Hogwild! training run (parallel.strategy = "hogwild"; docs/HOGWILD.md): parallel.workers
+// threads update one shared parameter vector without locks, training either
+//   a sparse linear model  model.name "logistic" or "svm" on data.dataset "libsvm" or
+//                          "sparse-synthetic", per-sample updates (parallel/hogwild.h), or
+//   the dense MLP          model.name "mlp" on the dense data sets, mini-batches of
+//                          train.batch_size per thread step (parallel/hogwild_dense.h),
+// into a run folder:
+//   resolved.toml   the full configuration
+//   metrics.jsonl   one {"kind":"epoch"} record per epoch: train and test loss and accuracy,
+//                   updates/s (samples/s), the epoch's learning rate, per-thread counts and CPU s
+//   summary.json    the usual summary; train_samples_per_second is updates/s over all epochs, and
+//                   "parallel" holds the strategy, threads, median epoch updates/s, updates per
+//                   CPU second and per-thread counts
+//
+// Keys that apply: optim.lr (with the [schedule] keys, counting one schedule step per epoch:
+// schedule.decay = "step" with step_size = 1 and gamma = 0.9 is the per-epoch decay of Niu et
+// al.), optim.weight_decay (L2; sparse: on the touched coordinates; mlp: not on biases),
+// train.epochs, train.seed (initialisation, epoch orders), train.accuracy_targets (on test
+// accuracy; on training accuracy when there is no test set). optim.name must be "sgd" with
+// momentum 0; train.threads does not apply (each thread computes alone), nor does batch-size
+// scaling. A Hogwild! run keeps no checkpoints, so it cannot be resumed.
+#pragma once
+
+#include "dtrain/train/config.h"
+#include "dtrain/train/metrics.h"
+#include "dtrain/train/trainer.h"
+
+namespace dtrain::train {
+
+RunSummary run_hogwild(const Config& config, const TrainerOptions& options);
+
+}  // namespace dtrain::train

@@ -1,0 +1,39 @@
+// Straggler injection for experiments (seed "Revisiting distributed synchronous SGD"): makes chosen
+// ranks slow, so that synchronous training, backup workers and asynchronous training can be
+// compared under the same stragglers.
+//
+//   "rank=2,slowdown=3"            rank 2 takes 3x as long: after its forward and backward it
+//                                  sleeps (slowdown - 1) x the time they took
+//   "random=exp,mean_ms=5"         every rank sleeps an exponential delay of mean 5 ms per step
+//   "random=pareto,mean_ms=5,alpha=1.5"
+//                                  a heavy-tailed (Pareto) delay of mean 5 ms (alpha > 1)
+//   ""                             none
+//
+// Delays sleep rather than spin: a slow machine does not take cycles from the others, and on a
+// machine with fewer cores than ranks a spinning straggler would slow everyone. Random delays draw
+// from Philox streams of (seed, rank, step): the same run gives the same delays.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dtrain::train {
+
+struct StragglerSpec {
+  enum class Kind { kNone, kSlowRank, kExponential, kPareto };
+  Kind kind = Kind::kNone;
+  int rank = -1;          // kSlowRank
+  double slowdown = 1.0;  // kSlowRank: >= 1
+  double mean_ms = 0.0;   // random kinds: > 0
+  double alpha = 1.5;     // kPareto: > 1
+};
+
+// Parses the forms above; ConfigError naming the text and the accepted forms otherwise.
+StragglerSpec parse_straggler(const std::string& text);
+
+// The delay rank `rank` adds at global step `step` whose forward and backward took
+// `compute_seconds`; 0 for ranks the spec does not slow.
+double straggler_delay_seconds(const StragglerSpec& spec, std::uint64_t seed, int rank,
+                               std::int64_t step, double compute_seconds);
+
+}  // namespace dtrain::train

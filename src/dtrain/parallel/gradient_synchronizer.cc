@@ -77,6 +77,28 @@ void GradientSynchronizer::wait_for(std::size_t bucket) {
 }
 
 void GradientSynchronizer::finish() {
+  if (!options_.overlap) {
+    // Without overlap the buckets are reduced here, on the calling thread, one after another:
+    // no hand-off to the communication thread and back, which on a machine with no spare core
+    // costs a scheduler wake-up per bucket (docs/PARALLEL.md).
+    const auto start = BucketTiming::Clock::now();
+    for (std::size_t i = 0; i < buckets_.size(); ++i) {
+      const GradientBucket& b = buckets_[i];
+      comm::CollectiveOptions collective;
+      collective.algorithm = options_.algorithm;
+      timings_[i].launched = timings_[i].started = BucketTiming::Clock::now();
+      try {
+        comm_.allreduce(model_.store().grads() + b.offset, b.count, DType::kF32,
+                        comm::ReduceOp::kSum, collective);
+      } catch (const Error& e) {
+        throw comm::CommError(fmt::format("rank {}: allreduce of gradient bucket {} ({}): {}",
+                                          comm_.rank(), i, b.name, e.what()));
+      }
+      timings_[i].finished = BucketTiming::Clock::now();
+    }
+    wait_seconds_ = std::chrono::duration<double>(BucketTiming::Clock::now() - start).count();
+    return;
+  }
   while (launched_ < buckets_.size()) launch(launched_);
   const auto start = BucketTiming::Clock::now();
   try {

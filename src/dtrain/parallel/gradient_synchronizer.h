@@ -7,6 +7,7 @@
 // i; finish() launches what is left (everything, with overlap off) and waits for all buckets.
 // Launch order is the same on every rank (buckets in reverse parameter order, each launched after
 // the same layer), which is what keeps the collectives' sequence numbers in step across ranks.
+// With overlap off, finish() reduces the buckets itself with blocking calls, in the same order.
 //
 // The allreduce is a sum: the caller scales its loss gradient so that the sum over ranks is the
 // gradient of the global batch's mean loss (dy x count_r / global_count), which makes uneven shards
@@ -35,7 +36,8 @@ struct DataParallelOptions {
   std::string algorithm;
   // Bucket size limit (gradient_buckets.h); 0 = one allreduce per tensor.
   std::int64_t fusion_bytes = std::int64_t{1} << 20;
-  // Start each bucket's allreduce during backward; off: all of them after backward.
+  // Start each bucket's allreduce during backward, on the communicator's thread; off: all of them
+  // after backward, on the calling thread (blocking calls, no thread hand-off).
   bool overlap = true;
   // After this long waiting for one bucket, log a stall warning naming it (Horovod's stall
   // inspector); the communicator's deadline later turns a persistent stall into an error.

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <thread>
 
+#include "dtrain/base/env.h"
 #include "dtrain/base/error.h"
 #include "dtrain/comm/comm_error.h"
 #include "dtrain/comm/transport/inproc/transport.h"
@@ -21,7 +22,12 @@ using inproc::PendingOp;
 // the core to another process for a whole time slice (measured: 4-byte allreduce median 500 us
 // instead of 85 us under a load average of 8).
 constexpr int kSpinIterations = 64;
-constexpr std::chrono::microseconds kSpinTime{100};
+
+// kSpinTime: DTRAIN_INPROC_SPIN_US, default 100 us (read once).
+std::chrono::microseconds spin_time() {
+  static const std::chrono::microseconds time{env::get_int("DTRAIN_INPROC_SPIN_US", 100)};
+  return time;
+}
 
 bool is_final(OpState state) { return state == OpState::kDone || state == OpState::kFailed; }
 
@@ -328,8 +334,8 @@ void InprocWorld::wait(PendingOp* op, std::chrono::steady_clock::time_point dead
     const int peer = op->is_send ? op->dest : op->source;
     const bool shared_cpu =
         cpus_[static_cast<std::size_t>(peer)].cpu.load(std::memory_order_relaxed) == cpu;
-    const auto spin_end =
-        std::chrono::steady_clock::now() + (shared_cpu ? std::chrono::microseconds{0} : kSpinTime);
+    const auto spin_end = std::chrono::steady_clock::now() +
+                          (shared_cpu ? std::chrono::microseconds{0} : spin_time());
     do {
       for (int i = 0; i < kSpinIterations; ++i) {
         const OpState state = op->state.load(std::memory_order_acquire);

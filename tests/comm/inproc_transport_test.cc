@@ -155,6 +155,30 @@ TEST(InprocTransportTest, AbortFailsPendingAndFutureOperationsPromptly) {
   EXPECT_FALSE(world->abort_reason(1).has_value());
 }
 
+TEST(InprocTransportTest, CancellingAQueuedSendFailsTheLaterOnesOfItsStream) {
+  // A sender that fails cancels its queued sends; had the second one stayed, the receiver would
+  // match it in place of the first (another size): a broken FIFO stream must not deliver.
+  auto world = InprocWorld::create(2);
+  std::vector<std::byte> first(4096), second(1000), other_tag(1000), buffer(4096);
+  auto send_first = world->transport(0)->isend(1, 7, first.data(), first.size());
+  auto send_second = world->transport(0)->isend(1, 7, second.data(), second.size());
+  auto send_other = world->transport(0)->isend(1, 8, other_tag.data(), other_tag.size());
+  send_first.reset();  // cancelled while queued
+  try {
+    send_second->wait(soon());
+    FAIL() << "the later send of the broken stream should fail";
+  } catch (const CommError& e) {
+    EXPECT_TRUE(contains(e.what(), "earlier send of the same rank pair and tag was cancelled"))
+        << e.what();
+  }
+  // The receiver finds nothing of tag 7 (it times out rather than take the 1000-byte message)...
+  auto recv = world->transport(1)->irecv(0, 7, buffer.data(), buffer.size());
+  EXPECT_THROW(recv->wait(Clock::now() + 50ms), CommTimeoutError);
+  // ...and other tags are untouched.
+  world->transport(1)->irecv(0, 8, buffer.data(), other_tag.size())->wait(soon());
+  send_other->wait(soon());
+}
+
 TEST(InprocTransportTest, SmallMessageSentBeforeExitIsStillDelivered) {
   auto world = InprocWorld::create(2);
   int v = 17;

@@ -306,9 +306,29 @@ void InprocWorld::cancel(PendingOp* op) {
   Lane& l = lane(op->dest, op->source);
   l.lock.lock();
   if (op->queued) {
-    (op->is_send ? l.sends : l.recvs).erase(op);
+    // Matching is FIFO per (source, tag): a later op of the same stream, still queued, would be
+    // matched in this one's place (a message of another size, or the wrong bytes). So it fails
+    // too, as the stream is broken. Buffered small sends are complete for their sender and stay.
+    OpList& list = op->is_send ? l.sends : l.recvs;
+    bool failed_later = false;
+    for (PendingOp* later = op->next; later != nullptr;) {
+      PendingOp* following = later->next;
+      if (later->tag == op->tag && !later->buffered) {
+        list.erase(later);
+        later->error = fmt::format(
+            "rank {} -> rank {} (tag {:#x}, {} bytes): an earlier {} of the same rank pair and tag "
+            "was cancelled (its owner failed or gave up), so this one cannot be matched in order",
+            later->source, later->dest, later->tag, later->bytes,
+            later->is_send ? "send" : "receive");
+        later->state.store(OpState::kFailed, std::memory_order_release);
+        failed_later = true;
+      }
+      later = following;
+    }
+    list.erase(op);
     op->state.store(OpState::kFailed, std::memory_order_release);
     l.lock.unlock();
+    if (failed_later) wake(op->owner());
     return;
   }
   l.lock.unlock();

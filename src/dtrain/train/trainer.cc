@@ -217,10 +217,13 @@ float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t>
     } else {
       model_->backward(dlogits_);
     }
-    trace_.add("forward", "compute", TraceRecorder::kComputeThread, forward_start, backward_start,
-               fmt::format(R"({{"step":{},"micro_batch":{}}})", step, m));
-    trace_.add("backward", "compute", TraceRecorder::kComputeThread, backward_start, Clock::now(),
-               fmt::format(R"({{"step":{},"micro_batch":{}}})", step, m));
+    if (trace_.enabled()) {  // the argument strings cost allocations: only while tracing
+      const std::string args = fmt::format(R"({{"step":{},"micro_batch":{}}})", step, m);
+      trace_.add("forward", "compute", TraceRecorder::kComputeThread, forward_start, backward_start,
+                 args);
+      trace_.add("backward", "compute", TraceRecorder::kComputeThread, backward_start, Clock::now(),
+                 args);
+    }
   }
   last_step_ = StepTimes{};
   if (straggler_.kind != StragglerSpec::Kind::kNone) {
@@ -243,19 +246,25 @@ float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t>
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const auto& t = sync_->timings()[b];
       last_step_.comm += std::chrono::duration<double>(t.finished - t.started).count();
-      trace_.add(fmt::format("allreduce {}", buckets[b].name), "comm", TraceRecorder::kCommThread,
-                 t.started, t.finished,
-                 fmt::format(R"({{"step":{},"bucket":{},"bytes":{},"algorithm":"{}"}})", step, b,
-                             buckets[b].count * 4, config_.parallel.allreduce));
+      if (trace_.enabled()) {
+        trace_.add(fmt::format("allreduce {}", buckets[b].name), "comm", TraceRecorder::kCommThread,
+                   t.started, t.finished,
+                   fmt::format(R"({{"step":{},"bucket":{},"bytes":{},"algorithm":"{}"}})", step, b,
+                               buckets[b].count * 4, config_.parallel.allreduce));
+      }
     }
-    trace_.add("wait for gradients", "wait", TraceRecorder::kComputeThread, wait_start,
-               Clock::now(), fmt::format(R"({{"step":{}}})", step));
+    if (trace_.enabled()) {
+      trace_.add("wait for gradients", "wait", TraceRecorder::kComputeThread, wait_start,
+                 Clock::now(), fmt::format(R"({{"step":{}}})", step));
+    }
   }
   const auto update_start = Clock::now();
   optimizer_->step(store.params(), store.grads(), schedule_->lr(step));
   const auto step_end = Clock::now();
-  trace_.add("optimizer", "compute", TraceRecorder::kComputeThread, update_start, step_end,
-             fmt::format(R"({{"step":{}}})", step));
+  if (trace_.enabled()) {
+    trace_.add("optimizer", "compute", TraceRecorder::kComputeThread, update_start, step_end,
+               fmt::format(R"({{"step":{}}})", step));
+  }
   last_step_.total = std::chrono::duration<double>(step_end - step_start).count();
   if (correct != nullptr) *correct = correct_sum;
   return static_cast<float>(loss_sum / static_cast<double>(std::max<std::int64_t>(local, 1)));

@@ -361,6 +361,19 @@ TEST(HeaderCheckTest, MismatchedArgumentsAreNamedWithBothValuesAndRanks) {
   }
 }
 
+TEST(HeaderCheckTest, ACallCanSkipItAndSendsNoHeaders) {
+  spawn_ranks(3, [](Communicator& comm) {
+    CollectiveOptions unchecked;
+    unchecked.check_header = false;
+    float value = 1.0f;
+    comm.allreduce(&value, 1, DType::kF32, ReduceOp::kSum, unchecked);
+    EXPECT_EQ(value, 3.0f);
+    EXPECT_EQ(comm.stats().get("header_check").calls, 0);
+    comm.allreduce(&value, 1, DType::kF32, ReduceOp::kSum);  // checked by default
+    EXPECT_EQ(comm.stats().get("header_check").calls, 1);
+  });
+}
+
 TEST(HeaderCheckTest, WithoutItAMismatchedCountIsASizeErrorNotGarbage) {
   CommOptions options;
   options.timeout = 2s;

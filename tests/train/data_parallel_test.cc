@@ -166,6 +166,9 @@ TEST_F(DataParallelTest, FusionOverlapAndAccumulationGiveTheSameNumbers) {
           << "fusion " << fusion << " overlap " << overlap;
     }
   }
+  Config unchecked = config;
+  unchecked.parallel.check_headers = false;
+  EXPECT_EQ(parallel(unchecked, 3), reference) << "without the per-bucket header check";
   Config accumulate = config;
   accumulate.train.accumulate_steps = 2;
   EXPECT_LT(relative_difference(parallel(accumulate, 3), reference), 1e-5) << "accumulate 2";

@@ -281,6 +281,7 @@ Communicator::Call Communicator::make_call(Kind kind, const void* input, void* o
   call.op = op;
   call.root = root;
   call.tag = options.tag;
+  call.check_header = options.check_header;
   call.timeout = options.timeout.count() > 0 ? options.timeout : options_.timeout;
   if (count < 0) {
     throw ShapeError(
@@ -624,7 +625,7 @@ void Communicator::run(const Call& call) {
                   options_.segment_bytes);
   Traffic extra;
   try {
-    if (options_.check_headers && size() > 1) check_header(call, start);
+    if (options_.check_headers && call.check_header && size() > 1) check_header(call, start);
     execute(call, channel, extra);
   } catch (const CommError&) {
     rethrow_with(describe(call));

@@ -80,6 +80,10 @@ struct CollectiveOptions {
   // Folded into the message tags and checked across ranks; lets a caller label independent
   // streams of collectives.
   std::uint16_t tag = 0;
+  // False skips the header check for this call (with CommOptions::check_headers on): for hot
+  // paths whose arguments are equal on every rank by construction, such as gradient buckets after
+  // the ranks have compared their parameter layouts. Every rank must pass the same value.
+  bool check_header = true;
 };
 
 class Communicator {
@@ -194,6 +198,7 @@ class Communicator {
     std::string algorithm;
     std::chrono::milliseconds timeout{0};
     std::uint16_t tag = 0;
+    bool check_header = true;
     std::uint64_t seq = 0;
     // auto allreduce: this call measures alpha and beta (the first auto call; others wait).
     bool probe = false;

@@ -39,6 +39,7 @@ void GradientSynchronizer::launch(std::size_t bucket) {
   const GradientBucket& b = buckets_[bucket];
   comm::CollectiveOptions collective;
   collective.algorithm = options_.algorithm;
+  collective.check_header = options_.check_headers;
   timings_[bucket].launched = BucketTiming::Clock::now();
   works_.push_back(comm_.allreduce_async(model_.store().grads() + b.offset, b.count, DType::kF32,
                                          comm::ReduceOp::kSum, collective));
@@ -86,6 +87,7 @@ void GradientSynchronizer::finish() {
       const GradientBucket& b = buckets_[i];
       comm::CollectiveOptions collective;
       collective.algorithm = options_.algorithm;
+      collective.check_header = options_.check_headers;
       timings_[i].launched = timings_[i].started = BucketTiming::Clock::now();
       try {
         comm_.allreduce(model_.store().grads() + b.offset, b.count, DType::kF32,

@@ -42,6 +42,10 @@ struct DataParallelOptions {
   // After this long waiting for one bucket, log a stall warning naming it (Horovod's stall
   // inspector); the communicator's deadline later turns a persistent stall into an error.
   std::chrono::milliseconds stall_warning{10000};
+  // The communicator's per-call header check on bucket allreduces: a round trip through rank 0
+  // per bucket. The buckets agree by construction once the ranks have compared their parameter
+  // layouts (rank_agreement.h), so it can go; the deadline still ends any stall.
+  bool check_headers = true;
 };
 
 struct BucketTiming {

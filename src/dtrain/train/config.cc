@@ -241,6 +241,9 @@ std::vector<Field> fields(Config& c) {
        "deadline of every communication wait (0 = DTRAIN_COMM_TIMEOUT_MS, else 60)", 0},
       int_at_least("parallel", "trace_steps", &p.trace_steps,
                    "steps recorded in trace.json (0 = no trace)", 0),
+      {"parallel", "check_headers", &p.check_headers,
+       "check each gradient allreduce's arguments across ranks (a round trip through rank 0; "
+       "layouts are compared at start either way)"},
       {"parallel", "straggler", &p.straggler,
        "injected slowness: rank=R,slowdown=S or random=exp|pareto,mean_ms=M (\"\" = none)"},
   };

@@ -129,6 +129,7 @@ Trainer::Trainer(Config config, TrainerOptions options)
     dp.algorithm = config_.parallel.allreduce;
     dp.fusion_bytes = config_.parallel.fusion_bytes;
     dp.overlap = config_.parallel.overlap;
+    dp.check_headers = config_.parallel.check_headers;
     dp.stall_warning = std::chrono::milliseconds(
         static_cast<std::int64_t>(config_.parallel.stall_warning_seconds * 1000.0));
     sync_ = std::make_unique<parallel::GradientSynchronizer>(comm, *model_, dp);

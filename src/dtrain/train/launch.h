@@ -1,5 +1,9 @@
 // Starts a training run on the ranks its config asks for: one Trainer per rank.
 //
+//   parallel.strategy = "hogwild"          lock-free threads on one parameter vector (hogwild_run.h)
+//   started by mpirun / srun                W = parallel.workers ranks per process (mpi transport
+//                                           for W = 1, hybrid threads x processes otherwise); a
+//                                           failure prints its error and MPI_Aborts the job
 //   parallel.workers = 1, no MPI launcher   one Trainer on this thread (no communicator)
 //   parallel.workers = W > 1                W ranks as threads of this process (inproc transport),
 //                                           each with its own compute pool of train.threads threads

@@ -95,7 +95,7 @@ TEST(CostModelTest, HierarchicalIsGroupTreePlusLeaderRing) {
               allreduce_cost("tree", 8, n, kModel, kSegment), 1e-12);
 }
 
-TEST(CostModelTest, NothingToDoCostsNothingAndUnknownNamesAreErrors) {
+TEST(CostModelTest, OneRankOrEmptyBufferCostsZeroAndUnmodelledNamesThrow) {
   for (std::string_view name : auto_allreduce_candidates()) {
     EXPECT_EQ(allreduce_cost(name, 1, 1e6, kModel, kSegment), 0.0);
     EXPECT_EQ(allreduce_cost(name, 8, 0, kModel, kSegment), 0.0);

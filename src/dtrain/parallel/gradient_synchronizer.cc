@@ -19,6 +19,8 @@ GradientSynchronizer::GradientSynchronizer(comm::Communicator& comm, nn::Model& 
                                      options_.fusion_bytes)) {
   works_.reserve(buckets_.size());
   timings_.resize(buckets_.size());
+  collective_.algorithm = options_.algorithm;
+  collective_.check_header = options_.check_headers;
 }
 
 void GradientSynchronizer::begin_step() {
@@ -37,12 +39,9 @@ void GradientSynchronizer::on_layer_done(std::size_t layer) {
 
 void GradientSynchronizer::launch(std::size_t bucket) {
   const GradientBucket& b = buckets_[bucket];
-  comm::CollectiveOptions collective;
-  collective.algorithm = options_.algorithm;
-  collective.check_header = options_.check_headers;
   timings_[bucket].launched = BucketTiming::Clock::now();
   works_.push_back(comm_.allreduce_async(model_.store().grads() + b.offset, b.count, DType::kF32,
-                                         comm::ReduceOp::kSum, collective));
+                                         comm::ReduceOp::kSum, collective_));
   ++launched_;
 }
 
@@ -85,13 +84,10 @@ void GradientSynchronizer::finish() {
     const auto start = BucketTiming::Clock::now();
     for (std::size_t i = 0; i < buckets_.size(); ++i) {
       const GradientBucket& b = buckets_[i];
-      comm::CollectiveOptions collective;
-      collective.algorithm = options_.algorithm;
-      collective.check_header = options_.check_headers;
       timings_[i].launched = timings_[i].started = BucketTiming::Clock::now();
       try {
         comm_.allreduce(model_.store().grads() + b.offset, b.count, DType::kF32,
-                        comm::ReduceOp::kSum, collective);
+                        comm::ReduceOp::kSum, collective_);
       } catch (const Error& e) {
         throw comm::CommError(fmt::format("rank {}: allreduce of gradient bucket {} ({}): {}",
                                           comm_.rank(), i, b.name, e.what()));

@@ -81,6 +81,7 @@ class GradientSynchronizer {
   nn::Model& model_;
   DataParallelOptions options_;
   std::vector<GradientBucket> buckets_;
+  comm::CollectiveOptions collective_;  // of every bucket's allreduce, built once
   std::vector<comm::Work> works_;
   std::vector<BucketTiming> timings_;
   std::size_t launched_ = 0;  // buckets [0, launched_) are in flight

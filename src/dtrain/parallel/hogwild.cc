@@ -11,6 +11,7 @@
 namespace dtrain::parallel {
 namespace {
 
+using hogwild_detail::mean_over_threads;
 using hogwild_detail::part_begin;
 using hogwild_detail::run_on_threads;
 using hogwild_detail::thread_cpu_seconds;
@@ -180,17 +181,7 @@ LinearEvaluation Hogwild::evaluate(const data::SparseDataset& data) const {
     losses[static_cast<std::size_t>(t)] = loss_sum;
     correct[static_cast<std::size_t>(t)] = right;
   });
-  LinearEvaluation result;
-  if (n == 0) return result;
-  double loss_sum = 0.0;
-  std::int64_t right = 0;
-  for (int t = 0; t < threads; ++t) {
-    loss_sum += losses[static_cast<std::size_t>(t)];
-    right += correct[static_cast<std::size_t>(t)];
-  }
-  result.loss = loss_sum / static_cast<double>(n);
-  result.accuracy = static_cast<double>(right) / static_cast<double>(n);
-  return result;
+  return mean_over_threads<LinearEvaluation>(losses, correct, n);
 }
 
 }  // namespace dtrain::parallel

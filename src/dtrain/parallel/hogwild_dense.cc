@@ -13,6 +13,7 @@
 namespace dtrain::parallel {
 namespace {
 
+using hogwild_detail::mean_over_threads;
 using hogwild_detail::part_begin;
 using hogwild_detail::run_on_threads;
 using hogwild_detail::thread_cpu_seconds;
@@ -142,17 +143,7 @@ DenseEvaluation HogwildDense::evaluate(const data::Dataset& data) {
       }
     }
   });
-  DenseEvaluation result;
-  if (n == 0) return result;
-  double loss = 0.0;
-  std::int64_t right = 0;
-  for (int t = 0; t < threads; ++t) {
-    loss += losses[static_cast<std::size_t>(t)];
-    right += correct[static_cast<std::size_t>(t)];
-  }
-  result.loss = loss / static_cast<double>(n);
-  result.accuracy = static_cast<double>(right) / static_cast<double>(n);
-  return result;
+  return mean_over_threads<DenseEvaluation>(losses, correct, n);
 }
 
 }  // namespace dtrain::parallel

@@ -73,4 +73,22 @@ void run_on_threads(int count, Fn&& fn) {
   if (error) std::rethrow_exception(error);
 }
 
+// An evaluation {loss, accuracy} over n samples from per-thread sums of loss and of correct
+// predictions; zeros when n == 0.
+template <typename Evaluation>
+Evaluation mean_over_threads(const std::vector<double>& loss_sums,
+                             const std::vector<std::int64_t>& correct, std::int64_t n) {
+  Evaluation result;
+  if (n == 0) return result;
+  double loss = 0.0;
+  std::int64_t right = 0;
+  for (std::size_t t = 0; t < loss_sums.size(); ++t) {
+    loss += loss_sums[t];
+    right += correct[t];
+  }
+  result.loss = loss / static_cast<double>(n);
+  result.accuracy = static_cast<double>(right) / static_cast<double>(n);
+  return result;
+}
+
 }  // namespace dtrain::parallel::hogwild_detail

@@ -32,6 +32,24 @@ comm::CommOptions comm_options(const Config& config) {
   return options;
 }
 
+// One rank's run, on its own thread: its log prefix, its own compute pool of train.threads
+// threads, the shared data; rank 0's summary is kept.
+void train_rank(comm::Communicator& comm, const Config& config, const TrainerOptions& options,
+                const std::shared_ptr<const RunData>& data, RunSummary& summary,
+                std::mutex& summary_mutex) {
+  log::set_rank(comm.rank(), comm.size());
+  ScopedComputePool pool(static_cast<int>(config.train.threads));
+  TrainerOptions rank_options = options;
+  rank_options.comm = &comm;
+  rank_options.data = data;
+  Trainer trainer(config, rank_options);
+  RunSummary mine = trainer.run();
+  if (comm.rank() == 0) {
+    std::lock_guard<std::mutex> lock(summary_mutex);
+    summary = std::move(mine);
+  }
+}
+
 // Under mpirun: this process's parallel.workers threads are ranks of the whole job. A failure is
 // printed here and ends the job at once through MPI_Abort: a plain exit would leave the other
 // processes waiting for their deadlines.
@@ -43,17 +61,7 @@ RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
     comm::spawn_process_ranks(
         static_cast<int>(config.parallel.workers),
         [&](comm::Communicator& comm) {
-          log::set_rank(comm.rank(), comm.size());
-          ScopedComputePool pool(static_cast<int>(config.train.threads));
-          TrainerOptions rank_options = options;
-          rank_options.comm = &comm;
-          rank_options.data = data;
-          Trainer trainer(config, rank_options);
-          RunSummary mine = trainer.run();
-          if (comm.rank() == 0) {
-            std::lock_guard<std::mutex> lock(summary_mutex);
-            summary = std::move(mine);
-          }
+          train_rank(comm, config, options, data, summary, summary_mutex);
         },
         comm_options(config));
   } catch (const std::exception& e) {
@@ -84,17 +92,7 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
   comm::spawn_ranks(
       workers,
       [&](comm::Communicator& comm) {
-        log::set_rank(comm.rank(), comm.size());
-        ScopedComputePool pool(static_cast<int>(config.train.threads));
-        TrainerOptions rank_options = options;
-        rank_options.comm = &comm;
-        rank_options.data = data;
-        Trainer trainer(config, rank_options);
-        RunSummary mine = trainer.run();
-        if (comm.rank() == 0) {
-          std::lock_guard<std::mutex> lock(summary_mutex);
-          summary = std::move(mine);
-        }
+        train_rank(comm, config, options, data, summary, summary_mutex);
       },
       comm_options(config));
   return summary;

@@ -7,6 +7,7 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/base/rng.h"
+#include "dtrain/base/split.h"
 
 namespace dtrain::train {
 namespace {
@@ -36,11 +37,7 @@ StragglerSpec parse_straggler(const std::string& text) {
   StragglerSpec spec;
   if (text.empty() || text == "none") return spec;
   std::map<std::string, std::string> fields;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const auto comma = text.find(',', start);
-    const std::string item =
-        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  for (const std::string& item : split(text, ',')) {
     const auto eq = item.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
       bad(text, fmt::format("'{}' is not key=value", item));
@@ -48,8 +45,6 @@ StragglerSpec parse_straggler(const std::string& text) {
     if (!fields.emplace(item.substr(0, eq), item.substr(eq + 1)).second) {
       bad(text, fmt::format("'{}' is given twice", item.substr(0, eq)));
     }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   auto take = [&](const std::string& key) -> std::string {
     const auto it = fields.find(key);

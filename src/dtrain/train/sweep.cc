@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/split.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/launch.h"
 
@@ -51,19 +52,9 @@ SweepAxis parse_sweep_axis(const std::string& text) {
     throw ConfigError(fmt::format(
         "sweep axis '{}' must be KEY=V1,V2,... (for example parallel.workers=1,2,4)", text));
   }
-  SweepAxis axis{text.substr(0, eq), {}};
-  std::string rest = text.substr(eq + 1);
-  std::size_t start = 0;
-  while (start <= rest.size()) {
-    const auto comma = rest.find(',', start);
-    const std::string value =
-        rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (value.empty()) {
-      throw ConfigError(fmt::format("sweep axis '{}' has an empty value", text));
-    }
-    axis.values.push_back(value);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
+  SweepAxis axis{text.substr(0, eq), split(std::string_view(text).substr(eq + 1), ',')};
+  for (const auto& value : axis.values) {
+    if (value.empty()) throw ConfigError(fmt::format("sweep axis '{}' has an empty value", text));
   }
   return axis;
 }

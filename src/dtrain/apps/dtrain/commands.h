@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 
 namespace dtrain::apps {
 
@@ -17,6 +18,10 @@ struct Command {
   CLI::App* app = nullptr;   // the subcommand, to ask whether it was chosen
   std::function<int()> run;  // returns the exit code
 };
+
+// runs/<prefix><config file stem>-<YYYYmmdd-HHMMSS>, in the current folder: the default run (or
+// sweep) folder of a command given `config_path`.
+std::string default_out_dir(const std::string& config_path, const std::string& prefix = "");
 
 // dtrain train: trains a model from a config file, or resumes a run folder.
 Command add_train_command(CLI::App& app);

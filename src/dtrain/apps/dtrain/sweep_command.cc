@@ -1,7 +1,6 @@
 // dtrain sweep: a grid of training runs and the table that compares them (train/sweep.h).
 #include <fmt/format.h>
 
-#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -44,17 +43,6 @@ Examples:
   dtrain sweep --config examples/fashion_mlp.toml --workers 2 --grid parallel.fusion_bytes=0,1048576 \
       --grid parallel.overlap=true,false --epochs 1)";
 
-std::string default_out_dir(const std::string& config_path) {
-  const std::time_t now = std::time(nullptr);
-  std::tm local{};
-  localtime_r(&now, &local);
-  char stamp[32];
-  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &local);
-  return (fs::path("runs") /
-          fmt::format("sweep-{}-{}", fs::path(config_path).stem().string(), stamp))
-      .string();
-}
-
 int run_sweep_command(const SweepFlags& flags) {
   std::vector<std::string> overrides = flags.sets;
   if (flags.epochs > 0) overrides.push_back(fmt::format("train.epochs={}", flags.epochs));
@@ -69,7 +57,7 @@ int run_sweep_command(const SweepFlags& flags) {
   if (axes.empty()) {
     throw ConfigError("dtrain sweep needs at least one axis: --workers, --allreduce or --grid");
   }
-  const std::string out = flags.out.empty() ? default_out_dir(flags.config) : flags.out;
+  const std::string out = flags.out.empty() ? default_out_dir(flags.config, "sweep-") : flags.out;
   fs::create_directories(out);
   const train::SweepResult result = train::run_sweep(
       base, axes, out, [&](const train::SweepRow& row, std::size_t index, std::size_t total) {

@@ -1,7 +1,6 @@
 // dtrain train: flags -> train::Config -> train::Trainer.
 #include <fmt/format.h>
 
-#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -65,17 +64,6 @@ Outputs (in --out, default runs/<config name>-<YYYYmmdd-HHMMSS>):
   checkpoints/epoch-N.ckpt checkpoints (train.checkpoint_every), checkpoints/latest names the newest
 
 Exit codes: 0 success, 1 bad command line, 2 bad input (config, data, checkpoint), 3 internal error.)";
-
-// runs/<stem>-<YYYYmmdd-HHMMSS> for a config file, in the current folder.
-std::string default_out_dir(const std::string& config_path) {
-  const std::time_t now = std::time(nullptr);
-  std::tm local{};
-  localtime_r(&now, &local);
-  char stamp[32];
-  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &local);
-  return (fs::path("runs") / fmt::format("{}-{}", fs::path(config_path).stem().string(), stamp))
-      .string();
-}
 
 int run_train(const TrainFlags& flags) {
   std::vector<std::string> overrides = flags.sets;

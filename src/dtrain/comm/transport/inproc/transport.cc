@@ -38,13 +38,18 @@ std::unique_ptr<Request> InprocTransport::isend(int peer, std::uint64_t tag, con
 std::unique_ptr<Request> InprocTransport::irecv(int peer, std::uint64_t tag, void* data,
                                                 std::size_t bytes) {
   check_peer(peer, "recv");
+  return post(new_receive(peer, tag, data, bytes));
+}
+
+inproc::PendingOp* InprocTransport::new_receive(int peer, std::uint64_t tag, void* data,
+                                                std::size_t bytes) const {
   auto* op = new inproc::PendingOp;
   op->source = peer;
   op->dest = rank_;
   op->tag = tag;
   op->recv_data = data;
   op->bytes = bytes;
-  return post(op);
+  return op;
 }
 
 std::unique_ptr<Request> InprocTransport::irecv_reduce(int peer, std::uint64_t tag, void* data,
@@ -57,15 +62,10 @@ std::unique_ptr<Request> InprocTransport::irecv_reduce(int peer, std::uint64_t t
         "elements; pass count x element size",
         rank_, bytes, peer, dtype_name(dtype)));
   }
-  auto* pending = new inproc::PendingOp;
+  inproc::PendingOp* pending = new_receive(peer, tag, data, bytes);
   pending->reduce = true;
   pending->dtype = dtype;
   pending->reduce_op = op;
-  pending->source = peer;
-  pending->dest = rank_;
-  pending->tag = tag;
-  pending->recv_data = data;
-  pending->bytes = bytes;
   return post(pending);
 }
 

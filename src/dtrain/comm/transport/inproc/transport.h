@@ -28,6 +28,8 @@ class InprocTransport : public Transport, public std::enable_shared_from_this<In
  private:
   void check_peer(int peer, const char* what) const;
   std::unique_ptr<Request> post(inproc::PendingOp* op);
+  // A receive of `bytes` from `peer` into `data` (irecv and irecv_reduce start from it).
+  inproc::PendingOp* new_receive(int peer, std::uint64_t tag, void* data, std::size_t bytes) const;
 
   std::shared_ptr<InprocWorld> world_;
   int rank_;

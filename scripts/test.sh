@@ -18,7 +18,8 @@ if [[ "${DTRAIN_SKIP_SANITIZERS:-0}" != "1" ]]; then
   cmake -S "$ROOT" -B "$ASAN_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DDTRAIN_SANITIZE=address -DDTRAIN_BUILD_BENCH=OFF >/dev/null
   UNIT_TARGETS=(dtrain_base_tests dtrain_tensor_tests dtrain_comm_tests dtrain_nn_tests
-                dtrain_optim_tests dtrain_data_tests dtrain_parallel_tests dtrain_train_tests)
+                dtrain_optim_tests dtrain_data_tests dtrain_parallel_tests dtrain_ps_tests
+                dtrain_train_tests)
   cmake --build "$ASAN_DIR" -j "$JOBS" --target "${UNIT_TARGETS[@]}"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$ASAN_DIR" --output-on-failure -j "$JOBS" -L unit
@@ -28,7 +29,7 @@ if [[ "${DTRAIN_SKIP_SANITIZERS:-0}" != "1" ]]; then
   cmake -S "$ROOT" -B "$TSAN_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DDTRAIN_SANITIZE=thread -DDTRAIN_BUILD_BENCH=OFF >/dev/null
   TSAN_TARGETS=(dtrain_base_tests dtrain_tensor_tests dtrain_comm_tests dtrain_nn_tests
-                dtrain_optim_tests dtrain_parallel_tests)
+                dtrain_optim_tests dtrain_parallel_tests dtrain_ps_tests)
   cmake --build "$TSAN_DIR" -j "$JOBS" --target "${TSAN_TARGETS[@]}"
   for target in "${TSAN_TARGETS[@]}"; do
     # DTRAIN_TEST_QUICK trims the collective sweeps (TSan runs ~10x slower), not what they cover.

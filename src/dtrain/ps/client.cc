@@ -1,0 +1,223 @@
+#include "dtrain/ps/client.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <cstring>
+#include <exception>
+
+#include "dtrain/base/error.h"
+#include "dtrain/comm/comm_error.h"
+
+namespace dtrain::ps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string_view op_name(Op op) {
+  switch (op) {
+    case Op::kPush: return "push";
+    case Op::kPull: return "pull";
+    case Op::kPut: return "put";
+    case Op::kGet: return "get";
+    case Op::kAdd: return "add";
+    case Op::kTicket: return "ticket";
+    case Op::kStop: return "stop";
+    case Op::kStats: return "stats";
+  }
+  return "?";
+}
+
+constexpr std::size_t kErrorTextBytes = 1024;
+
+}  // namespace
+
+Client::Client(comm::Transport& transport, ShardLayout layout, std::vector<int> server_ranks,
+               std::int64_t workers, std::chrono::milliseconds timeout)
+    : transport_(transport),
+      layout_(layout),
+      server_ranks_(std::move(server_ranks)),
+      timeout_(timeout) {
+  if (static_cast<int>(server_ranks_.size()) != layout_.servers()) {
+    throw ConfigError(fmt::format("parameter-server client: {} server ranks for a layout of {} "
+                                  "servers",
+                                  server_ranks_.size(), layout_.servers()));
+  }
+  const auto servers = server_ranks_.size();
+  requests_.resize(servers);
+  replies_.resize(servers);
+  basis_clock_.assign(servers, 0);
+  basis_version_.assign(servers, 0);
+  for (std::size_t s = 0; s < servers; ++s) {
+    const auto shard_bytes =
+        static_cast<std::size_t>(layout_.shard(static_cast<int>(s)).size()) * sizeof(float);
+    requests_[s].resize(sizeof(RequestHeader) + shard_bytes);
+    replies_[s].resize(
+        sizeof(ReplyHeader) +
+        std::max({shard_bytes, kErrorTextBytes,
+                  static_cast<std::size_t>(ServerStats::encoded_size(workers)) * 8}));
+  }
+}
+
+Client::~Client() = default;
+
+std::vector<ShardPiece> Client::all_servers() const {
+  std::vector<ShardPiece> pieces;
+  for (int s = 0; s < layout_.servers(); ++s) pieces.push_back({s, {}});
+  return pieces;
+}
+
+std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& pieces,
+                                          KeyRange range, const float* send, float* receive,
+                                          const RequestHeader& base) {
+  const auto deadline = Clock::now() + timeout_;
+  std::vector<std::unique_ptr<comm::Request>> sends;
+  std::vector<std::unique_ptr<comm::Request>> receives;
+  for (const ShardPiece& piece : pieces) {
+    const auto s = static_cast<std::size_t>(piece.server);
+    RequestHeader header = base;
+    header.op = op;
+    header.begin = piece.range.begin;
+    header.end = piece.range.end;
+    header.basis_clock = basis_clock_[s];
+    header.basis_version = basis_version_[s];
+    std::vector<std::byte>& request = requests_[s];
+    std::memcpy(request.data(), &header, sizeof header);
+    std::size_t bytes = sizeof header;
+    if (send != nullptr) {
+      const auto n = static_cast<std::size_t>(piece.range.size());
+      std::memcpy(request.data() + bytes, send + (piece.range.begin - range.begin),
+                  n * sizeof(float));
+      bytes += n * sizeof(float);
+    }
+    receives.push_back(transport_.irecv(server_ranks_[s], kReplyTag, replies_[s].data(),
+                                        replies_[s].size()));
+    sends.push_back(transport_.isend(server_ranks_[s], kRequestTag, request.data(), bytes));
+  }
+  std::vector<ReplyHeader> headers;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const auto s = static_cast<std::size_t>(pieces[i].server);
+    try {
+      sends[i]->wait(deadline);
+      receives[i]->wait(deadline);
+    } catch (const comm::CommError& e) {
+      throw comm::CommError(fmt::format("ps {} to server {} (rank {}): {}", op_name(op), s,
+                                        server_ranks_[s], e.what()));
+    }
+    ReplyHeader header;
+    std::memcpy(&header, replies_[s].data(), sizeof header);
+    const std::byte* payload = replies_[s].data() + sizeof header;
+    if (header.status == Status::kError) {
+      throw comm::CommError(fmt::format(
+          "ps {} to server {} (rank {}) failed: {}", op_name(op), s, server_ranks_[s],
+          std::string(reinterpret_cast<const char*>(payload),
+                      static_cast<std::size_t>(std::min<std::int64_t>(
+                          header.count, static_cast<std::int64_t>(kErrorTextBytes))))));
+    }
+    if (receive != nullptr && header.count > 0) {
+      DTRAIN_CHECK_EQ(header.count, pieces[i].range.size());
+      std::memcpy(receive + (pieces[i].range.begin - range.begin), payload,
+                  static_cast<std::size_t>(header.count) * sizeof(float));
+      basis_clock_[s] = header.min_clock;
+      basis_version_[s] = header.version;
+    }
+    headers.push_back(header);
+  }
+  return headers;
+}
+
+PushResult Client::push(const float* grads, const PushInfo& info, float* params) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RequestHeader base;
+  base.flags = params != nullptr ? kWantParams : 0;
+  base.clock = info.clock;
+  base.samples = info.samples;
+  base.batch_samples = info.batch_samples;
+  base.lr = info.lr;
+  const KeyRange all{0, layout_.total()};
+  PushResult result;
+  for (const ReplyHeader& header : exchange(Op::kPush, layout_.split(all), all, grads, params, base)) {
+    result.dropped = result.dropped || header.status == Status::kDropped;
+  }
+  return result;
+}
+
+void Client::pull(KeyRange range, float* out, std::int64_t clock) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RequestHeader base;
+  base.clock = clock;
+  exchange(Op::kPull, layout_.split(range), range, nullptr, out, base);
+}
+
+void Client::put(KeyRange range, const float* values) {
+  std::lock_guard<std::mutex> lock(mu_);
+  exchange(Op::kPut, layout_.split(range), range, values, nullptr, {});
+}
+
+void Client::get(KeyRange range, float* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  exchange(Op::kGet, layout_.split(range), range, nullptr, out, {});
+}
+
+void Client::add(KeyRange range, const float* values) {
+  std::lock_guard<std::mutex> lock(mu_);
+  exchange(Op::kAdd, layout_.split(range), range, values, nullptr, {});
+}
+
+std::int64_t Client::next_ticket() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return exchange(Op::kTicket, {{0, {}}}, {}, nullptr, nullptr, {}).front().value;
+}
+
+void Client::stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  exchange(Op::kStop, all_servers(), {}, nullptr, nullptr, {});
+}
+
+std::vector<ServerStats> Client::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ServerStats> out;
+  const auto headers = exchange(Op::kStats, all_servers(), {}, nullptr, nullptr, {});
+  for (std::size_t s = 0; s < headers.size(); ++s) {
+    const auto* values = reinterpret_cast<const std::int64_t*>(replies_[s].data() + sizeof(ReplyHeader));
+    out.push_back(
+        ServerStats::decode({values, static_cast<std::size_t>(headers[s].count)}));
+  }
+  return out;
+}
+
+comm::Work Client::submit(std::string what, std::function<void()> operation) {
+  comm::Work work(fmt::format("ps {} #{}", what, async_ops_++));
+  queue_.push([work, operation = std::move(operation)] {
+    try {
+      operation();
+      work.finish(nullptr);
+    } catch (...) {
+      work.finish(std::current_exception());
+    }
+  });
+  return work;
+}
+
+comm::Work Client::push_async(const float* grads, const PushInfo& info, float* params) {
+  return submit("push", [this, grads, info, params] { push(grads, info, params); });
+}
+
+comm::Work Client::pull_async(KeyRange range, float* out, std::int64_t clock) {
+  return submit("pull", [this, range, out, clock] { pull(range, out, clock); });
+}
+
+comm::Work Client::put_async(KeyRange range, const float* values) {
+  return submit("put", [this, range, values] { put(range, values); });
+}
+
+comm::Work Client::get_async(KeyRange range, float* out) {
+  return submit("get", [this, range, out] { get(range, out); });
+}
+
+comm::Work Client::add_async(KeyRange range, const float* values) {
+  return submit("add", [this, range, values] { add(range, values); });
+}
+
+}  // namespace dtrain::ps

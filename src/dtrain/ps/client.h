@@ -1,0 +1,97 @@
+// A worker's side of the parameter servers: push gradients, pull parameters, and the key-value
+// view (put, get, add) over the flat parameter vector, split by ShardLayout over the servers and
+// sent to all of them at once. Each operation has a blocking form and an *_async form returning a
+// comm::Work (run in order on the client's own thread); operations never overlap on the wire: one
+// request per server in flight, which is what pairs each reply with its request (protocol.h).
+//
+// Push: the gradient of the whole key range (a push runs the servers' optimizer over whole
+// shards); PushInfo says which step it belongs to and how many samples it covers. With `params`
+// set it is push-and-pull: each server answers with its shard after the update (bsp: after the
+// step completes; ssp: once the slowest worker is close enough), one round trip per step.
+//
+// The client remembers, per server, the min_clock and version of the last reply that carried
+// parameters: the basis the next push reports, from which the servers compute staleness.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "dtrain/comm/task_queue.h"
+#include "dtrain/comm/transport/transport.h"
+#include "dtrain/comm/work.h"
+#include "dtrain/ps/protocol.h"
+#include "dtrain/ps/server_stats.h"
+#include "dtrain/ps/shard_layout.h"
+
+namespace dtrain::ps {
+
+struct PushInfo {
+  std::int64_t clock = 0;          // the worker's step of this gradient
+  std::int64_t samples = 0;        // samples behind it
+  std::int64_t batch_samples = 0;  // the step's batch over all workers (bsp)
+  double lr = 0.0;                 // the learning rate the servers apply it with
+};
+
+struct PushResult {
+  bool dropped = false;  // bsp: it came after its step completed (a backup worker was faster)
+};
+
+class Client {
+ public:
+  // `transport`: the parameter-server communicator's; `server_ranks[s]`: server s's rank on it;
+  // `workers`: how many workers the servers serve (sizes the stats replies).
+  Client(comm::Transport& transport, ShardLayout layout, std::vector<int> server_ranks,
+         std::int64_t workers, std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const ShardLayout& layout() const { return layout_; }
+
+  // grads: layout().total() floats; params: null (push only) or layout().total() floats.
+  PushResult push(const float* grads, const PushInfo& info, float* params = nullptr);
+  // The parameters of `range` into out (range.size() floats), for a worker about to compute step
+  // `clock` (bsp and ssp hold the answer until the servers allow that step).
+  void pull(KeyRange range, float* out, std::int64_t clock = 0);
+  void put(KeyRange range, const float* values);
+  void get(KeyRange range, float* out);
+  void add(KeyRange range, const float* values);
+  // The next batch of the run to train on, handed out by server 0 (-1: none left).
+  std::int64_t next_ticket();
+  // This worker is done: the servers stop serving once every worker is.
+  void stop();
+  // Each server's statistics; waits until every worker has stopped (or died).
+  std::vector<ServerStats> stats();
+
+  comm::Work push_async(const float* grads, const PushInfo& info, float* params = nullptr);
+  comm::Work pull_async(KeyRange range, float* out, std::int64_t clock = 0);
+  comm::Work put_async(KeyRange range, const float* values);
+  comm::Work get_async(KeyRange range, float* out);
+  comm::Work add_async(KeyRange range, const float* values);
+
+ private:
+  // One request to each server in `pieces`, then every reply (their headers, in piece order);
+  // `send` / `receive` hold the floats of `range` (null: none).
+  std::vector<ReplyHeader> exchange(Op op, const std::vector<ShardPiece>& pieces, KeyRange range,
+                               const float* send, float* receive, const RequestHeader& base);
+  std::vector<ShardPiece> all_servers() const;
+  comm::Work submit(std::string what, std::function<void()> operation);
+
+  comm::Transport& transport_;
+  ShardLayout layout_;
+  std::vector<int> server_ranks_;
+  std::chrono::milliseconds timeout_;
+  std::mutex mu_;  // one operation on the wire at a time
+  std::vector<std::vector<std::byte>> requests_;
+  std::vector<std::vector<std::byte>> replies_;
+  std::vector<std::int64_t> basis_clock_;
+  std::vector<std::int64_t> basis_version_;
+  std::atomic<std::int64_t> async_ops_{0};  // numbers the Works in timeouts
+  comm::TaskQueue queue_;  // last: joined first, while the buffers above still exist
+};
+
+}  // namespace dtrain::ps

@@ -1,0 +1,63 @@
+// The messages between parameter-server clients (workers) and servers. Every request gets exactly
+// one reply, and a client has at most one request in flight per server, so requests and replies
+// pair up by the transport's FIFO order per (source, tag) and need no ids.
+//
+//   request  RequestHeader [+ payload: floats of [begin, end) for push / put / add]
+//   reply    ReplyHeader   [+ payload: floats of [begin, end) for pull / get / a push that asked
+//                           for parameters; i64s for stats; the text of an error]
+//
+// Both travel on a communicator of their own (the launcher splits one off), so their tags never
+// meet a collective's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dtrain::ps {
+
+inline constexpr std::uint64_t kRequestTag = 1;
+inline constexpr std::uint64_t kReplyTag = 2;
+
+enum class Op : std::uint32_t {
+  kPush = 1,  // apply a gradient (bsp: add to the step's sum); kWantParams: reply with parameters
+  kPull,      // parameters of [begin, end) (bsp / ssp: once the clock condition holds)
+  kPut,       // set [begin, end)
+  kGet,       // read [begin, end) at once
+  kAdd,       // add to [begin, end)
+  kTicket,    // server 0: the next batch of the run to train on (-1: none left)
+  kStop,      // this worker is done
+  kStats,     // the server's ServerStats, once every worker has stopped or died
+};
+
+inline constexpr std::uint32_t kWantParams = 1;
+
+struct RequestHeader {
+  Op op = Op::kPush;
+  std::uint32_t flags = 0;
+  // push: the worker's step of this gradient; pull: the step the worker is about to compute.
+  std::int64_t clock = 0;
+  std::int64_t begin = 0;  // global keys [begin, end), inside the server's shard
+  std::int64_t end = 0;
+  std::int64_t samples = 0;        // push: samples behind this gradient
+  std::int64_t batch_samples = 0;  // push: samples of the step's whole batch over all workers
+  // push: the server's min_clock and version in the reply that gave the parameters this gradient
+  // was computed at (its staleness is clock - basis_clock).
+  std::int64_t basis_clock = 0;
+  std::int64_t basis_version = 0;
+  double lr = 0.0;
+};
+
+enum class Status : std::uint32_t { kOk = 0, kDropped = 1, kError = 2 };
+
+struct ReplyHeader {
+  Status status = Status::kOk;
+  std::uint32_t reserved = 0;
+  std::int64_t version = 0;    // updates applied to the shard so far
+  std::int64_t min_clock = 0;  // the slowest live, unstopped worker's clock
+  std::int64_t count = 0;      // payload elements (floats, i64s or chars)
+  std::int64_t value = 0;      // ticket
+};
+
+static_assert(sizeof(RequestHeader) % 8 == 0 && sizeof(ReplyHeader) % 8 == 0);
+
+}  // namespace dtrain::ps

@@ -1,0 +1,418 @@
+#include "dtrain/ps/server.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "dtrain/base/error.h"
+#include "dtrain/base/log.h"
+#include "dtrain/comm/comm_error.h"
+
+namespace dtrain::ps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Idle polling: yield the core for this long, then nap.
+constexpr auto kYieldPhase = std::chrono::microseconds(500);
+constexpr auto kNap = std::chrono::microseconds(50);
+constexpr std::int64_t kErrorTextBytes = 1024;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+struct Server::Worker {
+  enum class Held { kNone, kBspPush, kPull, kStats };
+  int rank = 0;
+  std::vector<std::byte> request;
+  std::unique_ptr<comm::Request> receive;
+  std::vector<std::byte> reply;
+  std::unique_ptr<comm::Request> send;
+  std::int64_t clock = 0;  // the step this worker computes next
+  bool stopped = false;
+  bool dead = false;
+  bool pushed_this_step = false;  // bsp
+  Held held = Held::kNone;
+  RequestHeader held_header;
+  Clock::time_point last_heard;
+};
+
+Server::Server(comm::Transport& transport, int index, ShardLayout layout,
+               std::vector<int> worker_ranks, ServerOptions options)
+    : transport_(transport),
+      index_(index),
+      layout_(layout),
+      shard_(layout.shard(index)),
+      worker_ranks_(std::move(worker_ranks)),
+      options_(std::move(options)) {
+  const auto workers = static_cast<std::int64_t>(worker_ranks_.size());
+  if (workers < 1) throw ConfigError("a parameter server needs at least one worker");
+  if (options_.consistency == Consistency::kBsp &&
+      (options_.backup_workers < 0 || options_.backup_workers >= workers)) {
+    throw ConfigError(fmt::format(
+        "{} backup workers of {} workers: a bsp step needs at least one gradient; choose "
+        "0 <= backup workers < workers",
+        options_.backup_workers, workers));
+  }
+  if (options_.optimizer.name == "lars") {
+    throw ConfigError(
+        "optim.name = \"lars\" needs whole-tensor norms, which a parameter server's key range "
+        "does not hold; use sgd, adam or adamw with parallel.strategy = \"ps\"");
+  }
+  // The model's tensors clipped to this shard, with offsets relative to its first key.
+  std::vector<optim::Segment> segments;
+  for (const auto& segment : options_.segments) {
+    const std::int64_t begin = std::max(segment.offset, shard_.begin);
+    const std::int64_t end = std::min(segment.offset + segment.numel, shard_.end);
+    if (begin < end) {
+      segments.push_back({segment.name, begin - shard_.begin, end - begin, segment.weight_decay});
+    }
+  }
+  optimizer_ = optim::make_optimizer(options_.optimizer, std::move(segments));
+  params_.assign(static_cast<std::size_t>(shard_.size()), 0.0f);
+  if (options_.consistency == Consistency::kBsp) step_sum_.resize(params_.size());
+  stats_.pushes.assign(static_cast<std::size_t>(workers), 0);
+  stats_.dead.assign(static_cast<std::size_t>(workers), 0);
+  const std::size_t request_bytes =
+      sizeof(RequestHeader) + static_cast<std::size_t>(shard_.size()) * sizeof(float);
+  const std::size_t reply_bytes =
+      sizeof(ReplyHeader) +
+      std::max({static_cast<std::size_t>(shard_.size()) * sizeof(float),
+                static_cast<std::size_t>(ServerStats::encoded_size(workers)) * 8,
+                static_cast<std::size_t>(kErrorTextBytes)});
+  workers_.resize(static_cast<std::size_t>(workers));
+  for (std::size_t w = 0; w < workers_.size(); ++w) {
+    workers_[w].rank = worker_ranks_[w];
+    workers_[w].request.resize(request_bytes);
+    workers_[w].reply.resize(reply_bytes);
+  }
+}
+
+Server::~Server() = default;
+
+void Server::serve() {
+  const auto post = [&](Worker& worker) {
+    worker.receive = transport_.irecv(worker.rank, kRequestTag, worker.request.data(),
+                                      worker.request.size());
+  };
+  for (auto& worker : workers_) {
+    worker.last_heard = Clock::now();
+    post(worker);
+  }
+  auto idle_since = Clock::now();
+  while (!finished()) {
+    bool progress = false;
+    for (std::size_t w = 0; w < workers_.size(); ++w) {
+      Worker& worker = workers_[w];
+      if (worker.dead || !worker.receive || !receive_arrived(static_cast<int>(w))) continue;
+      worker.last_heard = Clock::now();
+      handle(static_cast<int>(w));
+      post(worker);
+      progress = true;
+    }
+    if (progress) {
+      release_held();
+      idle_since = Clock::now();
+      continue;
+    }
+    check_deadlines();
+    if (Clock::now() - idle_since < kYieldPhase) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(kNap);
+    }
+  }
+  // The last replies must reach their workers before the server (and its buffers) goes away.
+  const auto deadline = Clock::now() + options_.timeout;
+  for (auto& worker : workers_) {
+    if (worker.send && !worker.dead) worker.send->wait(deadline);
+  }
+}
+
+bool Server::receive_arrived(int w) {
+  Worker& worker = workers_[static_cast<std::size_t>(w)];
+  try {
+    return worker.receive->test();
+  } catch (const comm::CommError& e) {
+    // The worker's side of the transport is gone (its thread returned or its process died).
+    worker.receive.reset();
+    if (worker.stopped) return false;
+    if (options_.consistency == Consistency::kBsp && options_.backup_workers == 0) {
+      fail(fmt::format("ps server {}: worker {} (rank {}) is gone before the end of training ({}); "
+                       "bsp without backup workers cannot complete step {} without it",
+                       index_, w, worker.rank, e.what(), stats_.version));
+    }
+    mark_dead(w, "is gone");
+    return false;
+  }
+}
+
+void Server::mark_dead(int w, std::string_view why) {
+  Worker& worker = workers_[static_cast<std::size_t>(w)];
+  worker.dead = true;
+  worker.receive.reset();
+  worker.held = Worker::Held::kNone;
+  stats_.dead[static_cast<std::size_t>(w)] = 1;
+  log::warn("ps server {}: worker {} (rank {}) {}: counted as dead, serving the others", index_, w,
+            worker.rank, why);
+  release_held();
+}
+
+bool Server::finished() const {
+  return std::all_of(workers_.begin(), workers_.end(), [](const Worker& worker) {
+    return worker.dead || (worker.stopped && worker.held == Worker::Held::kNone);
+  });
+}
+
+std::int64_t Server::min_clock() const {
+  std::int64_t low = std::numeric_limits<std::int64_t>::max();
+  std::int64_t high = 0;
+  for (const auto& worker : workers_) {
+    high = std::max(high, worker.clock);
+    if (!worker.stopped && !worker.dead) low = std::min(low, worker.clock);
+  }
+  return low == std::numeric_limits<std::int64_t>::max() ? high : low;
+}
+
+bool Server::pull_ready(std::int64_t clock) const {
+  switch (options_.consistency) {
+    case Consistency::kBsp: return stats_.version >= clock;
+    case Consistency::kSsp: return min_clock() >= clock - options_.staleness;
+    case Consistency::kAsync: return true;
+  }
+  return true;
+}
+
+void Server::handle(int w) {
+  Worker& worker = workers_[static_cast<std::size_t>(w)];
+  RequestHeader header;
+  std::memcpy(&header, worker.request.data(), sizeof header);
+  const auto* values = reinterpret_cast<const float*>(worker.request.data() + sizeof header);
+  const bool ranged = header.op == Op::kPush || header.op == Op::kPull || header.op == Op::kPut ||
+                      header.op == Op::kGet || header.op == Op::kAdd;
+  if (ranged && (header.begin < shard_.begin || header.end < header.begin ||
+                 header.end > shard_.end)) {
+    fail(fmt::format("ps server {}: worker {} (rank {}) sent keys [{}, {}) outside this server's "
+                     "shard [{}, {}): the workers and servers disagree on the model",
+                     index_, w, worker.rank, header.begin, header.end, shard_.begin, shard_.end));
+  }
+  float* keys = params_.data() + (header.begin - shard_.begin);
+  const std::int64_t n = header.end - header.begin;
+  switch (header.op) {
+    case Op::kPut:
+      std::copy_n(values, n, keys);
+      reply(w, Status::kOk);
+      break;
+    case Op::kAdd:
+      for (std::int64_t i = 0; i < n; ++i) keys[i] += values[i];
+      reply(w, Status::kOk);
+      break;
+    case Op::kGet:
+      reply_params(w, Status::kOk, header, true);
+      break;
+    case Op::kPull:
+      worker.clock = std::max(worker.clock, header.clock);
+      if (pull_ready(header.clock)) {
+        reply_params(w, Status::kOk, header, true);
+      } else {
+        worker.held = Worker::Held::kPull;
+        worker.held_header = header;
+      }
+      break;
+    case Op::kPush:
+      ++stats_.pushes[static_cast<std::size_t>(w)];
+      push(w, header, values);
+      break;
+    case Op::kTicket: {
+      const std::int64_t ticket = next_ticket_ < options_.tickets ? next_ticket_++ : -1;
+      reply(w, Status::kOk, ticket);
+      break;
+    }
+    case Op::kStop:
+      worker.stopped = true;
+      reply(w, Status::kOk);
+      break;
+    case Op::kStats:
+      worker.held = Worker::Held::kStats;
+      worker.held_header = header;
+      break;
+    default:
+      fail(fmt::format("ps server {}: worker {} (rank {}) sent an unknown request {}", index_, w,
+                       worker.rank, static_cast<std::uint32_t>(header.op)));
+  }
+}
+
+void Server::push(int w, const RequestHeader& header, const float* values) {
+  Worker& worker = workers_[static_cast<std::size_t>(w)];
+  if (header.begin != shard_.begin || header.end != shard_.end) {
+    fail(fmt::format("ps server {}: worker {} pushed keys [{}, {}), not the whole shard [{}, {}): "
+                     "a push updates whole shards",
+                     index_, w, header.begin, header.end, shard_.begin, shard_.end));
+  }
+  const bool want = (header.flags & kWantParams) != 0;
+  const auto n = static_cast<std::size_t>(shard_.size());
+  if (options_.consistency == Consistency::kBsp) {
+    const std::int64_t step = stats_.version;
+    if (header.clock < step) {  // its step completed without it: counted, never applied
+      ++stats_.dropped;
+      worker.clock = std::max(worker.clock, header.clock + 1);
+      reply_params(w, Status::kDropped, header, want);
+      return;
+    }
+    if (header.clock > step || worker.pushed_this_step) {
+      fail(fmt::format("ps server {}: worker {} (rank {}) pushed step {} {} while the server is at "
+                       "step {} (bsp): the workers are out of step",
+                       index_, w, worker.rank, header.clock,
+                       worker.pushed_this_step ? "a second time" : "", step));
+    }
+    if (step_contributions_ == 0) {
+      std::copy_n(values, n, step_sum_.begin());
+      step_opened_ = Clock::now();
+      step_samples_ = 0;
+    } else {
+      for (std::size_t i = 0; i < n; ++i) step_sum_[i] += values[i];
+    }
+    ++step_contributions_;
+    step_samples_ += header.samples;
+    step_batch_samples_ = header.batch_samples;
+    step_lr_ = header.lr;
+    worker.pushed_this_step = true;
+    worker.held = Worker::Held::kBspPush;
+    worker.held_header = header;
+    const auto workers = static_cast<std::int64_t>(workers_.size());
+    if (step_contributions_ == workers - options_.backup_workers) complete_bsp_step();
+    return;
+  }
+  // async / ssp: applied as it arrives.
+  stats_.record(header.clock - header.basis_clock, stats_.version - header.basis_version);
+  optimizer_->step(params_.data(), values, header.lr);
+  ++stats_.version;
+  worker.clock = std::max(worker.clock, header.clock + 1);
+  if (!want) {
+    reply(w, Status::kOk);
+    return;
+  }
+  RequestHeader next = header;
+  next.clock = header.clock + 1;
+  if (pull_ready(next.clock)) {
+    reply_params(w, Status::kOk, next, true);
+  } else {
+    worker.held = Worker::Held::kPull;
+    worker.held_header = next;
+  }
+}
+
+void Server::complete_bsp_step() {
+  // Gradients arrive scaled so that all of them sum to the batch's mean gradient; with some dropped
+  // (backup workers), the sum covers step_samples_ of step_batch_samples_ samples.
+  if (step_samples_ > 0 && step_batch_samples_ > 0 && step_samples_ != step_batch_samples_) {
+    const float scale =
+        static_cast<float>(static_cast<double>(step_batch_samples_) / static_cast<double>(step_samples_));
+    for (float& g : step_sum_) g *= scale;
+  }
+  optimizer_->step(params_.data(), step_sum_.data(), step_lr_);
+  ++stats_.version;
+  for (std::int64_t i = 0; i < step_contributions_; ++i) stats_.record(0, 0);
+  step_contributions_ = 0;
+  for (std::size_t w = 0; w < workers_.size(); ++w) {
+    Worker& worker = workers_[w];
+    if (worker.held != Worker::Held::kBspPush) continue;
+    worker.held = Worker::Held::kNone;
+    worker.pushed_this_step = false;
+    worker.clock = stats_.version;
+    reply_params(static_cast<int>(w), Status::kOk, worker.held_header,
+                 (worker.held_header.flags & kWantParams) != 0);
+  }
+}
+
+void Server::release_held() {
+  const bool all_done = std::all_of(workers_.begin(), workers_.end(),
+                                    [](const Worker& worker) { return worker.stopped || worker.dead; });
+  for (std::size_t w = 0; w < workers_.size(); ++w) {
+    Worker& worker = workers_[w];
+    if (worker.held == Worker::Held::kPull && pull_ready(worker.held_header.clock)) {
+      worker.held = Worker::Held::kNone;
+      reply_params(static_cast<int>(w), Status::kOk, worker.held_header, true);
+    } else if (worker.held == Worker::Held::kStats && all_done) {
+      worker.held = Worker::Held::kNone;
+      const std::vector<std::int64_t> encoded = stats_.encode();
+      reply(static_cast<int>(w), Status::kOk, 0, encoded.data(),
+            static_cast<std::int64_t>(encoded.size()), sizeof(std::int64_t));
+    }
+  }
+}
+
+void Server::check_deadlines() {
+  if (options_.consistency == Consistency::kBsp) {
+    if (step_contributions_ == 0 || Clock::now() - step_opened_ < options_.timeout) return;
+    std::vector<std::string> missing;
+    for (std::size_t w = 0; w < workers_.size(); ++w) {
+      if (!workers_[w].pushed_this_step) {
+        missing.push_back(fmt::format("{} (rank {})", w, workers_[w].rank));
+      }
+    }
+    fail(fmt::format("ps server {}: bsp step {} waited {:.1f} s for the gradients of worker(s) {}; "
+                     "{} of {} arrived: a worker died or is stuck (raise "
+                     "parallel.comm_timeout_seconds if it is only slow)",
+                     index_, stats_.version, seconds_since(step_opened_),
+                     fmt::join(missing, ", "), step_contributions_, workers_.size()));
+  }
+  for (std::size_t w = 0; w < workers_.size(); ++w) {
+    Worker& worker = workers_[w];
+    if (worker.stopped || worker.dead || worker.held != Worker::Held::kNone) continue;
+    if (Clock::now() - worker.last_heard < options_.worker_timeout) continue;
+    mark_dead(static_cast<int>(w), fmt::format("silent for {:.1f} s", seconds_since(worker.last_heard)));
+  }
+}
+
+void Server::reply(int w, Status status, std::int64_t value, const void* payload,
+                   std::int64_t count, std::size_t element_bytes) {
+  Worker& worker = workers_[static_cast<std::size_t>(w)];
+  // One reply in flight per worker: the previous one has normally long been taken.
+  if (worker.send) worker.send->wait(Clock::now() + options_.timeout);
+  ReplyHeader header;
+  header.status = status;
+  header.version = stats_.version;
+  header.min_clock = min_clock();
+  header.count = count;
+  header.value = value;
+  const std::size_t bytes = static_cast<std::size_t>(count) * element_bytes;
+  DTRAIN_CHECK(sizeof header + bytes <= worker.reply.size(), "reply of {} bytes", bytes);
+  std::memcpy(worker.reply.data(), &header, sizeof header);
+  if (bytes > 0) std::memcpy(worker.reply.data() + sizeof header, payload, bytes);
+  worker.send = transport_.isend(worker.rank, kReplyTag, worker.reply.data(), sizeof header + bytes);
+}
+
+void Server::reply_params(int w, Status status, const RequestHeader& header, bool with_params) {
+  if (!with_params) {
+    reply(w, status);
+    return;
+  }
+  reply(w, status, 0, params_.data() + (header.begin - shard_.begin), header.end - header.begin,
+        sizeof(float));
+}
+
+void Server::fail(const std::string& message) {
+  for (std::size_t w = 0; w < workers_.size(); ++w) {
+    Worker& worker = workers_[w];
+    if (worker.held == Worker::Held::kNone || worker.dead) continue;
+    worker.held = Worker::Held::kNone;
+    const std::string text = message.substr(0, static_cast<std::size_t>(kErrorTextBytes));
+    try {
+      reply(static_cast<int>(w), Status::kError, 0, text.data(),
+            static_cast<std::int64_t>(text.size()), 1);
+      worker.send->wait(Clock::now() + std::chrono::seconds(1));
+    } catch (const std::exception&) {
+      // The error below is what matters; a worker that cannot hear it finds out by its deadline.
+    }
+  }
+  throw comm::CommError(message);
+}
+
+}  // namespace dtrain::ps

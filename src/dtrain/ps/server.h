@@ -1,0 +1,106 @@
+// One parameter server: holds one key range (shard) of the flat parameter vector and the optimizer
+// state for it, and answers the workers' requests (protocol.h) under a consistency model
+// (consistency.h) until every worker has stopped.
+//
+// serve() is one loop on the calling thread: it keeps one receive posted per worker, handles each
+// request as it arrives, and answers at once or holds the answer (a bsp push until its step
+// completes, an ssp pull until the slowest worker is close enough, a stats request until every
+// worker is done). Idle, it yields the core, then sleeps in short naps: a server thread shares
+// the machine with workers that need the cores.
+//
+// Costs per push of n floats: one receive of 4n bytes, one optimizer pass over n (bsp: one add into
+// the step's sum per worker and one pass per step), and for push-and-pull one send of 4n bytes.
+//
+// Failures: a bsp step that waits longer than `timeout` for its gradients fails with an error
+// naming the workers (and ranks) that did not push, sent to every waiting worker before serve()
+// throws it (so workers should wait longer than servers: the verdict then reaches them before their
+// own deadlines). In async and ssp a worker silent for `worker_timeout` while not waiting on the server
+// is counted as dead and left out: the others go on (ssp stops waiting for it).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dtrain/comm/transport/transport.h"
+#include "dtrain/optim/optimizer.h"
+#include "dtrain/ps/consistency.h"
+#include "dtrain/ps/protocol.h"
+#include "dtrain/ps/server_stats.h"
+#include "dtrain/ps/shard_layout.h"
+
+namespace dtrain::ps {
+
+struct ServerOptions {
+  Consistency consistency = Consistency::kBsp;
+  std::int64_t staleness = 0;       // ssp: the bound s
+  std::int64_t backup_workers = 0;  // bsp: a step uses the first W - b gradients to arrive
+  std::int64_t tickets = 0;         // batches this server hands out (server 0 of a ticketed run)
+  optim::OptimizerConfig optimizer;
+  // The whole model's tensors (global offsets); each server clips them to its shard.
+  std::vector<optim::Segment> segments;
+  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds worker_timeout{60000};
+};
+
+class Server {
+ public:
+  // `transport`: the parameter-server communicator's; `worker_ranks[w]`: worker w's rank on it.
+  Server(comm::Transport& transport, int index, ShardLayout layout, std::vector<int> worker_ranks,
+         ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  void serve();
+
+  const ServerStats& stats() const { return stats_; }
+  KeyRange shard() const { return shard_; }
+  std::span<const float> params() const { return params_; }
+
+ private:
+  struct Worker;
+  // Whether worker w's request is in; a failed receive (the worker is gone) marks it dead
+  // (async / ssp) or fails the server (bsp).
+  bool receive_arrived(int w);
+  void mark_dead(int w, std::string_view why);
+  void handle(int w);
+  void push(int w, const RequestHeader& header, const float* values);
+  void complete_bsp_step();
+  void release_held();
+  void check_deadlines();
+  bool finished() const;
+  bool pull_ready(std::int64_t clock) const;
+  std::int64_t min_clock() const;
+  // Sends worker w its reply: header fields from the server's state, then `count` payload elements
+  // of `element_bytes` from `payload`.
+  void reply(int w, Status status, std::int64_t value = 0, const void* payload = nullptr,
+             std::int64_t count = 0, std::size_t element_bytes = 0);
+  void reply_params(int w, Status status, const RequestHeader& header, bool with_params);
+  [[noreturn]] void fail(const std::string& message);
+
+  comm::Transport& transport_;
+  int index_;
+  ShardLayout layout_;
+  KeyRange shard_;
+  std::vector<int> worker_ranks_;
+  ServerOptions options_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::vector<float> params_;
+  std::vector<Worker> workers_;
+  ServerStats stats_;
+  std::int64_t next_ticket_ = 0;
+  // bsp: the open step's gradient sum, its contributions and when its first one arrived.
+  std::vector<float> step_sum_;
+  std::int64_t step_contributions_ = 0;
+  std::int64_t step_samples_ = 0;
+  std::int64_t step_batch_samples_ = 0;
+  double step_lr_ = 0.0;
+  std::chrono::steady_clock::time_point step_opened_{};
+};
+
+}  // namespace dtrain::ps

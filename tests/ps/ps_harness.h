@@ -1,0 +1,66 @@
+// Runs W workers and S parameter servers as ranks of one in-process world: ranks 0..W-1 are the
+// workers (each with a Client), ranks W..W+S-1 the servers (each serving until the workers stop).
+#pragma once
+
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "dtrain/comm/spawn_ranks.h"
+#include "dtrain/ps/client.h"
+#include "dtrain/ps/server.h"
+
+namespace dtrain::ps::testing {
+
+struct PsRun {
+  std::vector<ServerStats> stats;            // per server, after serve()
+  std::vector<std::vector<float>> shards;    // per server, its parameters at the end
+};
+
+inline PsRun run_ps(int workers, int servers, std::int64_t keys, const ServerOptions& options,
+                    const std::function<void(Client&, int worker)>& worker_fn) {
+  const ShardLayout layout(keys, servers);
+  std::vector<int> worker_ranks;
+  std::vector<int> server_ranks;
+  for (int w = 0; w < workers; ++w) worker_ranks.push_back(w);
+  for (int s = 0; s < servers; ++s) server_ranks.push_back(workers + s);
+  PsRun run;
+  run.stats.resize(static_cast<std::size_t>(servers));
+  run.shards.resize(static_cast<std::size_t>(servers));
+  comm::spawn_ranks(workers + servers, [&](comm::Communicator& comm) {
+    const int rank = comm.rank();
+    if (rank >= workers) {
+      Server server(comm.transport(), rank - workers, layout, worker_ranks, options);
+      server.serve();
+      const auto s = static_cast<std::size_t>(rank - workers);
+      run.stats[s] = server.stats();
+      run.shards[s].assign(server.params().begin(), server.params().end());
+      return;
+    }
+    // Workers wait longer than servers, so that a server's verdict naming a missing worker
+    // reaches them before their own deadlines pass.
+    Client client(comm.transport(), layout, server_ranks, workers,
+                  2 * options.timeout + std::chrono::seconds(1));
+    worker_fn(client, rank);
+  });
+  return run;
+}
+
+inline std::vector<float> joined(const PsRun& run) {
+  std::vector<float> all;
+  for (const auto& shard : run.shards) all.insert(all.end(), shard.begin(), shard.end());
+  return all;
+}
+
+// Plain SGD over one tensor of `keys` floats.
+inline ServerOptions sgd_options(Consistency consistency, std::int64_t keys) {
+  ServerOptions options;
+  options.consistency = consistency;
+  options.optimizer.name = "sgd";
+  options.segments = {{"w", 0, keys, true}};
+  options.timeout = std::chrono::milliseconds(20000);
+  options.worker_timeout = std::chrono::milliseconds(20000);
+  return options;
+}
+
+}  // namespace dtrain::ps::testing

@@ -1,0 +1,239 @@
+// Parameter servers over in-process ranks: the key-value view, bsp equal to the summed update,
+// backup workers dropping late gradients (never applying them), async and ssp converging on a
+// convex problem, ssp's staleness bound, and dead workers (async goes on, bsp names them).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <thread>
+
+#include "dtrain/base/error.h"
+#include "dtrain/base/rng.h"
+#include "ps_harness.h"
+
+namespace dtrain::ps {
+namespace {
+
+using testing::PsRun;
+using testing::run_ps;
+using testing::sgd_options;
+
+TEST(ParameterServer, PutGetAddOverThreeServers) {
+  constexpr std::int64_t kKeys = 101;
+  std::vector<float> got(kKeys);
+  std::vector<float> middle(10);
+  run_ps(2, 3, kKeys, sgd_options(Consistency::kAsync, kKeys), [&](Client& client, int worker) {
+    if (worker == 0) {
+      std::vector<float> values(kKeys);
+      std::iota(values.begin(), values.end(), 0.0f);
+      client.put({0, kKeys}, values.data());
+      const std::vector<float> delta(kKeys, 0.5f);
+      client.add({0, kKeys}, delta.data());
+      client.add_async({0, kKeys}, delta.data()).wait(std::chrono::seconds(10));
+      client.get({0, kKeys}, got.data());
+      client.get_async({30, 40}, middle.data()).wait(std::chrono::seconds(10));
+    }
+    client.stop();
+  });
+  for (std::int64_t i = 0; i < kKeys; ++i) EXPECT_EQ(got[i], static_cast<float>(i) + 1.0f) << i;
+  for (std::int64_t i = 0; i < 10; ++i) EXPECT_EQ(middle[i], static_cast<float>(30 + i) + 1.0f);
+}
+
+// Worker w's gradient at every step: (w + 1) / W on every key, as data parallelism scales it.
+std::vector<float> gradient_of(int worker, int workers, std::int64_t keys, float scale = 1.0f) {
+  return std::vector<float>(static_cast<std::size_t>(keys),
+                            scale * static_cast<float>(worker + 1) / static_cast<float>(workers));
+}
+
+TEST(ParameterServer, BspAppliesTheSumOfEveryWorkersGradientOncePerStep) {
+  constexpr int kWorkers = 3;
+  constexpr std::int64_t kKeys = 7;
+  constexpr int kSteps = 4;
+  constexpr double kLr = 0.5;
+  std::vector<std::vector<float>> pulled(kWorkers, std::vector<float>(kKeys));
+  const auto run = run_ps(kWorkers, 2, kKeys, sgd_options(Consistency::kBsp, kKeys),
+                          [&](Client& client, int worker) {
+                            const auto grads = gradient_of(worker, kWorkers, kKeys);
+                            auto& params = pulled[static_cast<std::size_t>(worker)];
+                            for (int step = 0; step < kSteps; ++step) {
+                              const PushResult result =
+                                  client.push(grads.data(), {step, 1, kWorkers, kLr}, params.data());
+                              EXPECT_FALSE(result.dropped);
+                            }
+                            client.stop();
+                          });
+  // Each step subtracts lr x (1 + 2 + 3) / 3 = 1.
+  for (const auto& params : pulled) {
+    for (const float p : params) EXPECT_FLOAT_EQ(p, -kSteps * kLr * 2.0);
+  }
+  for (const float p : testing::joined(run)) EXPECT_FLOAT_EQ(p, -kSteps * kLr * 2.0);
+  for (const auto& stats : run.stats) {
+    EXPECT_EQ(stats.version, kSteps);
+    EXPECT_EQ(stats.applied, kSteps * kWorkers);
+    EXPECT_EQ(stats.dropped, 0);
+    EXPECT_EQ(stats.max_staleness, 0);
+  }
+}
+
+TEST(ParameterServer, BackupWorkerLetsStepsCompleteWithoutTheLateOneAndDropsItsGradients) {
+  constexpr int kWorkers = 3;
+  constexpr std::int64_t kKeys = 5;
+  constexpr int kSteps = 5;
+  constexpr double kLr = 0.1;
+  auto options = sgd_options(Consistency::kBsp, kKeys);
+  options.backup_workers = 1;
+  std::vector<int> dropped(kWorkers, 0);
+  const auto run = run_ps(kWorkers, 2, kKeys, options, [&](Client& client, int worker) {
+    // The slow worker's gradient is huge: applied even once, it would show.
+    const auto grads = worker == 2 ? std::vector<float>(kKeys, 1e6f) : gradient_of(worker, 3, kKeys);
+    std::vector<float> params(kKeys);
+    for (int step = 0; step < kSteps; ++step) {
+      if (worker == 2) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (client.push(grads.data(), {step, 1, kWorkers, kLr}, params.data()).dropped) {
+        ++dropped[static_cast<std::size_t>(worker)];
+      }
+    }
+    client.stop();
+  });
+  EXPECT_EQ(dropped[0], 0);
+  EXPECT_EQ(dropped[1], 0);
+  EXPECT_EQ(dropped[2], kSteps);
+  // Workers 0 and 1 cover 2 of the 3 samples: their sum (1/3 + 2/3) is scaled by 3/2.
+  for (const float p : testing::joined(run)) EXPECT_NEAR(p, -kSteps * kLr * 1.5, 1e-5);
+  for (const auto& stats : run.stats) {
+    EXPECT_EQ(stats.version, kSteps);
+    EXPECT_EQ(stats.dropped, kSteps);
+    EXPECT_EQ(stats.pushes[2], kSteps);
+  }
+}
+
+// f(x) = 1/2 |x - x*|^2 with noisy gradients x - x* + noise: every consistency must reach x*.
+struct Quadratic {
+  std::vector<float> optimum;
+  explicit Quadratic(std::int64_t keys) : optimum(static_cast<std::size_t>(keys)) {
+    for (std::size_t i = 0; i < optimum.size(); ++i) {
+      optimum[i] = std::sin(static_cast<float>(i)) * 3.0f;
+    }
+  }
+  void gradient(const std::vector<float>& x, std::uint64_t stream, std::vector<float>& g) const {
+    Rng rng(17, stream);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      g[i] = x[i] - optimum[i] + 0.01f * rng.normal();
+    }
+  }
+  double distance(const std::vector<float>& x) const {
+    double sum = 0.0;
+    for (std::size_t i = 0; i < x.size(); ++i) sum += std::pow(x[i] - optimum[i], 2);
+    return std::sqrt(sum);
+  }
+};
+
+// Workers run `steps` push-and-pull steps on the quadratic; worker `slow` sleeps `nap` per step.
+PsRun train_quadratic(Consistency consistency, std::int64_t staleness, int slow,
+                      std::chrono::microseconds nap, int steps = 200) {
+  constexpr int kWorkers = 3;
+  constexpr std::int64_t kKeys = 50;
+  const Quadratic problem(kKeys);
+  auto options = sgd_options(consistency, kKeys);
+  options.staleness = staleness;
+  return run_ps(kWorkers, 2, kKeys, options, [&](Client& client, int worker) {
+    std::vector<float> x(kKeys);
+    std::vector<float> g(kKeys);
+    client.pull({0, kKeys}, x.data(), 0);
+    for (int step = 0; step < steps; ++step) {
+      if (worker == slow) std::this_thread::sleep_for(nap);
+      problem.gradient(x, static_cast<std::uint64_t>(worker * 100000 + step), g);
+      client.push(g.data(), {step, 1, 1, 0.05}, x.data());
+    }
+    client.stop();
+  });
+}
+
+TEST(ParameterServer, AsyncAndSspConvergeToTheOptimumOfAConvexProblem) {
+  const Quadratic problem(50);
+  for (const auto consistency : {Consistency::kAsync, Consistency::kSsp}) {
+    const auto run = train_quadratic(consistency, 2, 2, std::chrono::microseconds(300));
+    EXPECT_LT(problem.distance(testing::joined(run)), 0.05) << consistency_name(consistency);
+    for (const auto& stats : run.stats) EXPECT_EQ(stats.applied, 3 * 200);
+  }
+}
+
+TEST(ParameterServer, SspNeverAppliesAGradientStalerThanItsBoundWhileAsyncDoes) {
+  constexpr std::int64_t kBound = 2;
+  const auto nap = std::chrono::microseconds(2000);
+  const auto ssp = train_quadratic(Consistency::kSsp, kBound, 2, nap, 60);
+  for (const auto& stats : ssp.stats) {
+    EXPECT_LE(stats.max_staleness, kBound);
+    // The fast workers did run ahead, up to the bound.
+    EXPECT_EQ(stats.max_staleness, kBound);
+  }
+  const auto async = train_quadratic(Consistency::kAsync, 0, 2, nap, 60);
+  for (const auto& stats : async.stats) EXPECT_GT(stats.max_staleness, kBound);
+}
+
+TEST(ParameterServer, AsyncGoesOnWhenAWorkerDies) {
+  constexpr int kWorkers = 3;
+  constexpr std::int64_t kKeys = 50;
+  const Quadratic problem(kKeys);
+  const auto run = run_ps(kWorkers, 2, kKeys, sgd_options(Consistency::kAsync, kKeys),
+                          [&](Client& client, int worker) {
+                            std::vector<float> x(kKeys);
+                            std::vector<float> g(kKeys);
+                            client.pull({0, kKeys}, x.data(), 0);
+                            for (int step = 0; step < 300; ++step) {
+                              // Worker 2 dies: its thread ends without a word to the servers.
+                              if (worker == 2 && step == 5) return;
+                              problem.gradient(x, static_cast<std::uint64_t>(step), g);
+                              client.push(g.data(), {step, 1, 1, 0.05}, x.data());
+                            }
+                            client.stop();
+                          });
+  EXPECT_LT(problem.distance(testing::joined(run)), 0.05);
+  for (const auto& stats : run.stats) {
+    EXPECT_THAT(stats.dead, ::testing::ElementsAre(0, 0, 1));
+    EXPECT_EQ(stats.pushes[0], 300);
+    EXPECT_EQ(stats.pushes[2], 5);
+  }
+}
+
+TEST(ParameterServer, BspNamesAWorkerThatDied) {
+  constexpr std::int64_t kKeys = 8;
+  try {
+    run_ps(3, 2, kKeys, sgd_options(Consistency::kBsp, kKeys), [&](Client& client, int worker) {
+      std::vector<float> g(kKeys, 1.0f);
+      std::vector<float> x(kKeys);
+      for (int step = 0; step < 20; ++step) {
+        if (worker == 2 && step == 3) return;
+        client.push(g.data(), {step, 1, 3, 0.1}, x.data());
+      }
+      client.stop();
+    });
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("worker 2 (rank 2)"));
+  }
+}
+
+TEST(ParameterServer, BspTimesOutNamingTheWorkerThatNeverPushed) {
+  constexpr std::int64_t kKeys = 8;
+  auto options = sgd_options(Consistency::kBsp, kKeys);
+  options.timeout = std::chrono::milliseconds(300);
+  try {
+    run_ps(2, 1, kKeys, options, [&](Client& client, int worker) {
+      std::vector<float> g(kKeys, 1.0f);
+      std::vector<float> x(kKeys);
+      // Worker 1 hangs (alive, silent) past the servers' deadline.
+      if (worker == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      client.push(g.data(), {0, 1, 2, 0.1}, x.data());
+      client.stop();
+    });
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("worker(s) 1 (rank 1)"));
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::ps

@@ -175,7 +175,7 @@ void Client::stop() {
   exchange(Op::kStop, all_servers(), {}, nullptr, nullptr, {});
 }
 
-std::vector<ServerStats> Client::stats() {
+std::vector<ServerStats> Client::stop_with_stats() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<ServerStats> out;
   const auto headers = exchange(Op::kStats, all_servers(), {}, nullptr, nullptr, {});

@@ -62,10 +62,11 @@ class Client {
   void add(KeyRange range, const float* values);
   // The next batch of the run to train on, handed out by server 0 (-1: none left).
   std::int64_t next_ticket();
-  // This worker is done: the servers stop serving once every worker is.
+  // This worker is done: the servers stop serving once every worker is. Call one of these two
+  // last: stop_with_stats() also waits until every worker has stopped (or died) and returns each
+  // server's statistics.
   void stop();
-  // Each server's statistics; waits until every worker has stopped (or died).
-  std::vector<ServerStats> stats();
+  std::vector<ServerStats> stop_with_stats();
 
   comm::Work push_async(const float* grads, const PushInfo& info, float* params = nullptr);
   comm::Work pull_async(KeyRange range, float* out, std::int64_t clock = 0);

@@ -26,7 +26,7 @@ enum class Op : std::uint32_t {
   kAdd,       // add to [begin, end)
   kTicket,    // server 0: the next batch of the run to train on (-1: none left)
   kStop,      // this worker is done
-  kStats,     // the server's ServerStats, once every worker has stopped or died
+  kStats,     // stop, then the server's ServerStats once every worker has stopped or died
 };
 
 inline constexpr std::uint32_t kWantParams = 1;

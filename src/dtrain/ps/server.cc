@@ -238,7 +238,8 @@ void Server::handle(int w) {
       worker.stopped = true;
       reply(w, Status::kOk);
       break;
-    case Op::kStats:
+    case Op::kStats:  // a stop that waits for everyone's, then answers with the statistics
+      worker.stopped = true;
       worker.held = Worker::Held::kStats;
       worker.held_header = header;
       break;

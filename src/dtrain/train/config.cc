@@ -219,12 +219,13 @@ std::vector<Field> fields(Config& c) {
       {"parallel",
        "strategy",
        &p.strategy,
-       "how workers share the model (hogwild: lock-free threads, docs/HOGWILD.md)",
+       "how workers share the model (allreduce: synchronous data parallelism; ps: parameter "
+       "servers, docs/PS.md; hogwild: lock-free threads, docs/HOGWILD.md)",
        -kInf,
        kInf,
        false,
        false,
-       {"allreduce", "hogwild"}},
+       {"allreduce", "ps", "hogwild"}},
       {"parallel", "workers", &p.workers,
        "data-parallel ranks as threads of each process (x processes under mpirun)", 1, 1024},
       {"parallel", "allreduce", &p.allreduce, "gradient allreduce algorithm", -kInf, kInf, false,
@@ -246,6 +247,25 @@ std::vector<Field> fields(Config& c) {
        "layouts are compared at start either way)"},
       {"parallel", "straggler", &p.straggler,
        "injected slowness: rank=R,slowdown=S or random=exp|pareto,mean_ms=M (\"\" = none)"},
+      {"parallel", "servers", &p.servers,
+       "strategy ps: parameter-server ranks (besides parallel.workers workers)", 1, 1024},
+      {"parallel",
+       "consistency",
+       &p.consistency,
+       "strategy ps: bsp (synchronous), async (Downpour), ssp (bounded staleness)",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"bsp", "async", "ssp"}},
+      int_at_least("parallel", "staleness", &p.staleness,
+                   "consistency ssp: steps a worker may run ahead of the slowest", 0),
+      int_at_least("parallel", "pull_every", &p.pull_every,
+                   "consistency async: pull parameters every this many steps", 1),
+      int_at_least("parallel", "backup_workers", &p.backup_workers,
+                   "strategy ps, consistency bsp: each step uses the first workers - b gradients "
+                   "(Chen et al.)",
+                   0),
   };
 }
 
@@ -583,6 +603,38 @@ void validate_impl(const Config& config, const Origins& origins) {
         "({}); a sample has at most one value per feature",
         config.data.sparse_nonzeros, where("data.sparse_nonzeros"), config.data.sparse_features,
         where("data.sparse_features")));
+  }
+  const auto& par = config.parallel;
+  if (par.backup_workers > 0 && (par.strategy != "ps" || par.consistency != "bsp")) {
+    throw ConfigError(fmt::format(
+        "config key 'parallel.backup_workers' = {} ({}) needs parallel.strategy = \"ps\" and "
+        "parallel.consistency = \"bsp\" (now \"{}\", \"{}\"): an allreduce cannot leave a late "
+        "rank out (docs/PS.md, \"Backup workers\"); pass --strategy ps",
+        par.backup_workers, where("parallel.backup_workers"), par.strategy, par.consistency));
+  }
+  if (par.strategy == "ps" && par.backup_workers >= par.workers) {
+    throw ConfigError(fmt::format(
+        "config key 'parallel.backup_workers' = {} ({}) must be below parallel.workers = {}: a "
+        "step needs at least one gradient",
+        par.backup_workers, where("parallel.backup_workers"), par.workers));
+  }
+  if (par.pull_every > 1 && par.consistency != "async") {
+    throw ConfigError(fmt::format(
+        "config key 'parallel.pull_every' = {} ({}) needs parallel.consistency = \"async\": bsp "
+        "and ssp pull every step (their guarantees are about what a step computes on)",
+        par.pull_every, where("parallel.pull_every")));
+  }
+  if (par.strategy == "ps" && par.sync_batch_norm) {
+    throw ConfigError(fmt::format(
+        "config key 'parallel.sync_batch_norm' = true ({}) is for allreduce training; parameter "
+        "servers keep batch-norm statistics per worker",
+        where("parallel.sync_batch_norm")));
+  }
+  if (par.strategy == "ps" && config.optim.name == "lars") {
+    throw ConfigError(fmt::format(
+        "config key 'optim.name' = \"lars\" ({}) needs whole-tensor norms, which a parameter "
+        "server's key range does not hold; use sgd, adam or adamw with parallel.strategy = \"ps\"",
+        where("optim.name")));
   }
   try {
     parse_straggler(config.parallel.straggler);

@@ -105,7 +105,7 @@ struct ScheduleSection {
 // [parallel]: synchronous data parallelism (docs/PARALLEL.md). train.batch_size is the global
 // batch: each step's batch is split over all ranks (threads x processes).
 struct ParallelSection {
-  std::string strategy = "allreduce";   // allreduce | hogwild (docs/HOGWILD.md)
+  std::string strategy = "allreduce";   // allreduce | ps (docs/PS.md) | hogwild (docs/HOGWILD.md)
   std::int64_t workers = 1;             // ranks as threads of each process
   std::string allreduce = "ring";       // a comm allreduce algorithm
   std::int64_t fusion_bytes = 1 << 20;  // gradient bucket size; 0 = one per tensor
@@ -116,6 +116,12 @@ struct ParallelSection {
   std::int64_t trace_steps = 50;        // steps recorded in trace.json; 0 = no trace
   std::string straggler;                // injected slowness (train/straggler.h); "" = none
   bool check_headers = true;            // per-bucket argument check across ranks
+  // strategy = "ps": parameter servers (docs/PS.md).
+  std::int64_t servers = 1;             // server ranks, besides the workers
+  std::string consistency = "bsp";      // bsp | async | ssp
+  std::int64_t staleness = 3;           // ssp: how many steps a worker may run ahead
+  std::int64_t pull_every = 1;          // async: pull parameters every this many steps
+  std::int64_t backup_workers = 0;      // bsp: a step uses the first workers - b gradients
   bool operator==(const ParallelSection&) const = default;
 };
 

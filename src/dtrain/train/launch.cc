@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
@@ -14,6 +15,7 @@
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/train/hogwild_run.h"
+#include "dtrain/train/ps_run.h"
 
 namespace dtrain::train {
 namespace {
@@ -33,20 +35,26 @@ comm::CommOptions comm_options(const Config& config) {
 }
 
 // One rank's run, on its own thread: its log prefix, its own compute pool of train.threads
-// threads, the shared data; rank 0's summary is kept.
+// threads, the shared data; rank 0's summary is kept. Parameter-server runs give each rank its
+// role (ps_run.h).
 void train_rank(comm::Communicator& comm, const Config& config, const TrainerOptions& options,
                 const std::shared_ptr<const RunData>& data, RunSummary& summary,
                 std::mutex& summary_mutex) {
   log::set_rank(comm.rank(), comm.size());
   ScopedComputePool pool(static_cast<int>(config.train.threads));
-  TrainerOptions rank_options = options;
-  rank_options.comm = &comm;
-  rank_options.data = data;
-  Trainer trainer(config, rank_options);
-  RunSummary mine = trainer.run();
-  if (comm.rank() == 0) {
+  std::optional<RunSummary> mine;
+  if (config.parallel.strategy == "ps") {
+    mine = run_ps_rank(comm, config, options, data);
+  } else {
+    TrainerOptions rank_options = options;
+    rank_options.comm = &comm;
+    rank_options.data = data;
+    Trainer trainer(config, rank_options);
+    mine = trainer.run();
+  }
+  if (comm.rank() == 0 && mine) {
     std::lock_guard<std::mutex> lock(summary_mutex);
-    summary = std::move(mine);
+    summary = std::move(*mine);
   }
 }
 
@@ -80,7 +88,8 @@ RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
 RunSummary run_training(const Config& config, const TrainerOptions& options) {
   if (config.parallel.strategy == "hogwild") return run_hogwild(config, options);
   if (comm::launched_by_mpirun()) return run_under_mpi(config, options);
-  const auto workers = static_cast<int>(config.parallel.workers);
+  const bool ps = config.parallel.strategy == "ps";
+  const int workers = ps ? ps_thread_ranks(config) : static_cast<int>(config.parallel.workers);
   if (workers == 1) {
     Trainer trainer(config, options);
     return trainer.run();

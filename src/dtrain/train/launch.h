@@ -1,6 +1,9 @@
 // Starts a training run on the ranks its config asks for: one Trainer per rank.
 //
 //   parallel.strategy = "hogwild"          lock-free threads on one parameter vector (hogwild_run.h)
+//   parallel.strategy = "ps"               workers and parameter servers (ps_run.h): as threads
+//                                          parallel.workers + parallel.servers ranks; under mpirun
+//                                          the job's last parallel.servers ranks serve
 //   started by mpirun / srun                W = parallel.workers ranks per process (mpi transport
 //                                           for W = 1, hybrid threads x processes otherwise); a
 //                                           failure prints its error and MPI_Aborts the job

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -18,6 +19,7 @@
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/checkpoint_dir.h"
 #include "dtrain/train/progress.h"
+#include "dtrain/train/ps_run.h"
 
 namespace dtrain::train {
 namespace {
@@ -124,6 +126,14 @@ Trainer::Trainer(Config config, TrainerOptions options)
     parallel::check_same_on_all_ranks(comm, to_toml(config_), "the configuration");
     parallel::check_same_on_all_ranks(comm, parallel::parameter_layout(model_->store()),
                                       "the model's parameter layout");
+  }
+  if (options_.ps != nullptr) {
+    if (options_.comm == nullptr) {
+      throw InternalError("parameter-server training needs the workers' communicator");
+    }
+    start_parameter_servers();
+  } else if (options_.comm != nullptr) {
+    comm::Communicator& comm = *options_.comm;
     parallel::broadcast_parameters(comm, model_->store());
     parallel::DataParallelOptions dp;
     dp.algorithm = config_.parallel.allreduce;
@@ -147,6 +157,11 @@ Trainer::Trainer(Config config, TrainerOptions options)
         batch, world_, config_.train.accumulate_steps));
   }
   steps_per_epoch_ = n / batch + (n % batch >= smallest ? 1 : 0);
+  if (ticketed()) {
+    // Tickets: about tickets / workers steps each (a progress bar's and a schedule's epoch).
+    const std::int64_t tickets = ps_tickets_per_epoch(config_, world_, n);
+    steps_per_epoch_ = (tickets + world_ - 1) / world_;
+  }
   if (steps_per_epoch_ == 0) {
     throw DataError(fmt::format(
         "the training set has {} samples, fewer than ranks x train.accumulate_steps = {}: nothing "
@@ -158,6 +173,52 @@ Trainer::Trainer(Config config, TrainerOptions options)
 }
 
 Trainer::~Trainer() = default;
+
+std::int64_t ps_local_batch(const Config& config, std::int64_t workers) {
+  return std::max<std::int64_t>(1, config.train.batch_size / workers);
+}
+
+std::int64_t ps_tickets_per_epoch(const Config& config, std::int64_t workers,
+                                  std::int64_t train_samples) {
+  const std::int64_t local = ps_local_batch(config, workers);
+  return (train_samples + local - 1) / local;
+}
+
+bool Trainer::ticketed() const {
+  return options_.ps != nullptr && config_.parallel.consistency != "bsp";
+}
+
+void Trainer::start_parameter_servers() {
+  nn::ParamStore& store = model_->store();
+  const ps::KeyRange all{0, store.num_params()};
+  if (options_.ps->layout().total() != all.end) {
+    throw InternalError(fmt::format("parameter servers hold {} keys, the model has {} parameters",
+                                    options_.ps->layout().total(), all.end));
+  }
+  if (rank_ == 0) options_.ps->put(all, store.params());
+  options_.comm->barrier();
+  options_.ps->pull(all, store.params(), 0);
+}
+
+void Trainer::exchange_with_servers(std::int64_t step, std::int64_t local,
+                                    std::int64_t global_count) {
+  using Clock = TraceRecorder::Clock;
+  nn::ParamStore& store = model_->store();
+  const auto& p = config_.parallel;
+  const bool pull = p.consistency != "async" || (step + 1) % p.pull_every == 0;
+  const auto start = Clock::now();
+  const ps::PushResult result =
+      options_.ps->push(store.grads(), {step, local, global_count, schedule_->lr(step)},
+                        pull ? store.params() : nullptr);
+  const auto end = Clock::now();
+  if (result.dropped) ++dropped_steps_;
+  last_step_.waiting = std::chrono::duration<double>(end - start).count();
+  last_step_.comm = last_step_.waiting;
+  if (trace_.enabled()) {
+    trace_.add(pull ? "push and pull" : "push", "comm", TraceRecorder::kComputeThread, start, end,
+               fmt::format(R"({{"step":{},"dropped":{}}})", step, result.dropped));
+  }
+}
 
 float Trainer::compute_loss(const tensor::Tensor& logits, std::span<const std::int32_t> labels,
                             tensor::Tensor* dlogits) {
@@ -239,6 +300,12 @@ float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t>
                  Clock::now(), fmt::format(R"({{"step":{}}})", step));
     }
   }
+  if (options_.ps != nullptr) {
+    exchange_with_servers(step, local, global_count);
+    last_step_.total = std::chrono::duration<double>(Clock::now() - step_start).count();
+    if (correct != nullptr) *correct = correct_sum;
+    return static_cast<float>(loss_sum / static_cast<double>(std::max<std::int64_t>(local, 1)));
+  }
   if (sync_) {
     const auto wait_start = Clock::now();
     sync_->finish();
@@ -271,14 +338,16 @@ float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t>
   return static_cast<float>(loss_sum / static_cast<double>(std::max<std::int64_t>(local, 1)));
 }
 
-Trainer::Evaluation Trainer::evaluate() {
+Trainer::Evaluation Trainer::evaluate(bool alone) {
   const data::Dataset& test = data_->test;
   const std::int64_t n = test.size();
   Evaluation result;
   if (n == 0) return result;
   // Rank r evaluates samples [n r / P, n (r + 1) / P); the sums are then added up over ranks.
-  const std::int64_t first = n * rank_ / world_;
-  const std::int64_t last = n * (rank_ + 1) / world_;
+  const int parts = alone ? 1 : world_;
+  const int part = alone ? 0 : rank_;
+  const std::int64_t first = n * part / parts;
+  const std::int64_t last = n * (part + 1) / parts;
   std::vector<std::int64_t> indices(static_cast<std::size_t>(last - first));
   std::iota(indices.begin(), indices.end(), first);
   tensor::Tensor x;
@@ -298,8 +367,9 @@ Trainer::Evaluation Trainer::evaluate() {
     correct += nn::count_correct(logits, y);
   }
   double sums[2] = {loss_sum, static_cast<double>(correct)};
-  if (options_.comm != nullptr)
+  if (options_.comm != nullptr && !alone) {
     options_.comm->allreduce(sums, 2, DType::kF64, comm::ReduceOp::kSum);
+  }
   result.loss = sums[0] / static_cast<double>(n);
   result.accuracy = sums[1] / static_cast<double>(n);
   return result;
@@ -395,6 +465,16 @@ RunSummary Trainer::run() {
       "run folder {}",
       config_.model.name, model_->store().num_params(), data_->train.name, n, data_->test.size(),
       t.epochs, steps_per_epoch_, dir.string()));
+  if (options_.ps != nullptr) {
+    const auto& p = config_.parallel;
+    progress.message(fmt::format(
+        "parameter servers: {} workers, {} servers, consistency {}{}{}{}", world_,
+        options_.ps->layout().servers(), p.consistency,
+        p.consistency == "ssp" ? fmt::format(" (staleness <= {})", p.staleness) : "",
+        p.consistency == "async" && p.pull_every > 1 ? fmt::format(", pull every {} steps", p.pull_every)
+                                                      : "",
+        p.backup_workers > 0 ? fmt::format(", {} backup worker(s)", p.backup_workers) : ""));
+  }
   if (sync_) {
     const auto& buckets = sync_->buckets();
     progress.message(fmt::format(
@@ -486,6 +566,25 @@ RunSummary Trainer::run() {
   if (config_.parallel.trace_steps > 0) trace_.start(TraceRecorder::Clock::now());
   const std::int64_t trace_until = global_step + config_.parallel.trace_steps;
 
+  // Async / ssp parameter servers: no collectives among workers while training (one may be slow
+  // or dead); worker 0 alone evaluates, on what the servers hold at that moment.
+  const bool collective = !ticketed();
+  const bool evaluates = collective || rank_ == 0;
+  std::int64_t pending_ticket = -1;
+  bool tickets_exhausted = false;
+  const std::int64_t local_batch = ps_local_batch(config_, world_);
+  const std::int64_t tickets_per_epoch = ps_tickets_per_epoch(config_, world_, n);
+  // Evaluation; with tickets its time counts as training time of `seconds` too (the other workers
+  // train on meanwhile, so leaving it out would flatter samples/s).
+  auto evaluate_now = [&](double& seconds) {
+    if (collective) return evaluate();
+    Stopwatch clock;
+    options_.ps->get({0, model_->store().num_params()}, model_->store().params());
+    const Evaluation result = evaluate(/*alone=*/true);
+    seconds += clock.seconds();
+    train_seconds += clock.seconds();
+    return result;
+  };
   data::ShuffledSampler sampler(n, seed);
   tensor::Tensor x;
   std::vector<std::int32_t> y;
@@ -504,12 +603,38 @@ RunSummary Trainer::run() {
     RankTotals epoch_totals;
     const std::int64_t first = epoch == start_epoch ? start_position : 0;
     std::int64_t step_in_epoch = first / batch;
-    for (std::int64_t pos = first; pos < n && step_in_epoch < steps_per_epoch_; pos += batch) {
+    std::int64_t pos = first;
+    // This rank's next samples of the epoch's order, [begin, begin + size), and the samples of
+    // the whole step over all ranks (`batch`); none at the end of the epoch.
+    struct Share {
+      std::int64_t begin = 0, size = 0, batch = 0;
+    };
+    auto next_share = [&]() -> std::optional<Share> {
+      if (ticketed()) {
+        // Tickets count over the whole run; one of the next epoch waits for the next epoch.
+        if (pending_ticket < 0 && !tickets_exhausted) pending_ticket = options_.ps->next_ticket();
+        if (pending_ticket < 0) {
+          tickets_exhausted = true;
+          return std::nullopt;
+        }
+        if (pending_ticket / tickets_per_epoch > epoch) return std::nullopt;
+        const std::int64_t begin = (pending_ticket % tickets_per_epoch) * local_batch;
+        pending_ticket = -1;
+        const std::int64_t size = std::min(local_batch, n - begin);
+        return Share{begin, size, size};
+      }
+      if (pos >= n || step_in_epoch >= steps_per_epoch_) return std::nullopt;
       const std::int64_t count = std::min(batch, n - pos);
-      // This rank's share of the global batch: [pos + count r / P, pos + count (r + 1) / P).
-      const std::int64_t share_begin = pos + count * rank_ / world_;
-      const std::int64_t share_end = pos + count * (rank_ + 1) / world_;
-      const std::int64_t share = share_end - share_begin;
+      // The global batch [pos, pos + count) split over the ranks: [pos + count r / P, ...).
+      const Share share{pos + count * rank_ / world_,
+                        pos + count * (rank_ + 1) / world_ - (pos + count * rank_ / world_), count};
+      pos += batch;
+      return share;
+    };
+    while (const std::optional<Share> next = next_share()) {
+      const std::int64_t count = next->batch;
+      const std::int64_t share_begin = next->begin;
+      const std::int64_t share = next->size;
       Stopwatch step_clock;
       data::gather_batch(data_->train,
                          std::span(order).subspan(static_cast<std::size_t>(share_begin),
@@ -559,26 +684,38 @@ RunSummary Trainer::run() {
         window_seconds = 0.0;
       }
       if (t.eval_every_steps > 0 && global_step % t.eval_every_steps == 0 &&
-          step_in_epoch < steps_per_epoch_) {
-        last_eval = evaluate();
+          step_in_epoch < steps_per_epoch_ && evaluates) {
+        last_eval = evaluate_now(epoch_seconds);
         targets.observe(last_eval.accuracy, train_seconds);
         best_accuracy = std::max(best_accuracy, last_eval.accuracy);
         metrics.write(to_json(EvalRecord{epoch + 1, global_step, last_eval.loss, last_eval.accuracy,
                                          train_seconds, elapsed()}));
       }
     }
-    last_eval = evaluate();
-    targets.observe(last_eval.accuracy, train_seconds);
-    best_accuracy = std::max(best_accuracy, last_eval.accuracy);
-    // The epoch's training loss and accuracy over every rank's shares.
+    if (ticketed()) {
+      // Every ticket of the epoch went to some worker: the epoch's samples, in this worker's time.
+      samples += n - epoch_samples;
+      epoch_samples = n;
+    }
+    if (evaluates) {
+      last_eval = evaluate_now(epoch_seconds);
+      targets.observe(last_eval.accuracy, train_seconds);
+      best_accuracy = std::max(best_accuracy, last_eval.accuracy);
+    }
+    // The epoch's training loss and accuracy over every rank's shares (async / ssp: worker 0's).
     double epoch_sums[2] = {epoch_loss_sum, static_cast<double>(epoch_correct)};
-    if (comm != nullptr) comm->allreduce(epoch_sums, 2, DType::kF64, comm::ReduceOp::kSum);
-    last_train_loss = epoch_sums[0] / static_cast<double>(std::max<std::int64_t>(epoch_samples, 1));
+    double epoch_seen = static_cast<double>(epoch_samples);
+    if (comm != nullptr && collective) {
+      comm->allreduce(epoch_sums, 2, DType::kF64, comm::ReduceOp::kSum);
+    } else if (ticketed()) {
+      epoch_seen = epoch_totals.samples;
+    }
+    last_train_loss = epoch_sums[0] / std::max(epoch_seen, 1.0);
     const EpochRecord record{
         epoch + 1,
         global_step,
         last_train_loss,
-        epoch_sums[1] / static_cast<double>(std::max<std::int64_t>(epoch_samples, 1)),
+        epoch_sums[1] / std::max(epoch_seen, 1.0),
         last_eval.loss,
         last_eval.accuracy,
         static_cast<double>(epoch_samples) / std::max(epoch_seconds, 1e-9),
@@ -590,16 +727,26 @@ RunSummary Trainer::run() {
     run_totals.waiting += epoch_totals.waiting;
     run_totals.comm += epoch_totals.comm;
     nlohmann::json epoch_json = to_json(record);
-    if (comm != nullptr) epoch_json["ranks"] = rank_rows(epoch_totals);
+    if (comm != nullptr && collective) epoch_json["ranks"] = rank_rows(epoch_totals);
     metrics.write(epoch_json);
     progress.end_epoch(record);
     const bool last = epoch + 1 == t.epochs;
-    if (writer && (last || (t.checkpoint_every > 0 && (epoch + 1) % t.checkpoint_every == 0))) {
+    // Parameter-server runs keep no checkpoints: the optimizer state lives on the servers.
+    if (writer && options_.ps == nullptr &&
+        (last || (t.checkpoint_every > 0 && (epoch + 1) % t.checkpoint_every == 0))) {
       save(epoch + 1);
     }
   }
-  if (config_.parallel.trace_steps > 0) {
-    write_trace(comm, trace_, (dir / "trace.json").string());
+  if (config_.parallel.trace_steps > 0 && (collective || writer)) {
+    write_trace(collective ? comm : nullptr, trace_, (dir / "trace.json").string());
+  }
+  std::vector<ps::ServerStats> server_stats;
+  if (options_.ps != nullptr) {
+    if (writer) {
+      server_stats = options_.ps->stop_with_stats();  // once every worker has stopped
+    } else {
+      options_.ps->stop();
+    }
   }
 
   RunSummary summary;
@@ -621,7 +768,10 @@ RunSummary Trainer::run() {
   summary.seed = t.seed;
   summary.threads = t.threads;
   summary.resumed_from_epoch = resumed_from;
-  if (comm != nullptr) {
+  if (options_.ps != nullptr) {
+    summary.parallel = ps_summary(config_, world_, server_stats, dropped_steps_);
+    if (collective) summary.parallel["per_rank"] = rank_rows(run_totals);
+  } else if (comm != nullptr) {
     nlohmann::json ranks = rank_rows(run_totals);
     double compute = 0.0, comm_seconds = 0.0, waiting = 0.0, sent = 0.0, received = 0.0;
     for (const auto& row : ranks) {

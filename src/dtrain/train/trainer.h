@@ -48,6 +48,7 @@
 #include "dtrain/optim/optimizer.h"
 #include "dtrain/parallel/gradient_synchronizer.h"
 #include "dtrain/parallel/sync_batch_norm.h"
+#include "dtrain/ps/client.h"
 #include "dtrain/train/config.h"
 #include "dtrain/train/metrics.h"
 #include "dtrain/train/run_data.h"
@@ -65,7 +66,18 @@ struct TrainerOptions {
   comm::Communicator* comm = nullptr;
   // Data already loaded (ranks that are threads share one copy); null: the Trainer loads it.
   std::shared_ptr<const RunData> data;
+  // Parameter-server training (parallel.strategy = "ps", docs/PS.md): this worker's client, and
+  // `comm` is then the workers' communicator (the servers are not in it). Must outlive the Trainer.
+  ps::Client* ps = nullptr;
 };
+
+// Parameter-server training with consistency async or ssp hands out batches as tickets (server 0
+// counts them), so that a fast worker trains on more of each epoch than a slow one: each ticket is
+// `ps_local_batch` consecutive samples of the epoch's order, and an epoch has
+// ceil(N / ps_local_batch) tickets.
+std::int64_t ps_local_batch(const Config& config, std::int64_t workers);
+std::int64_t ps_tickets_per_epoch(const Config& config, std::int64_t workers,
+                                  std::int64_t train_samples);
 
 // nn::ModelSpec for `config` on data whose samples have `sample_shape`, with `classes` outputs.
 nn::ModelSpec model_spec(const ModelSection& config, const tensor::Shape& sample_shape,
@@ -105,8 +117,8 @@ class Trainer {
     double accuracy = 0.0;
   };
   // Mean loss and accuracy over the whole test set, in eval mode (sharded over the ranks;
-  // collective when data-parallel).
-  Evaluation evaluate();
+  // collective when data-parallel; `alone`: this rank evaluates all of it, no collective).
+  Evaluation evaluate(bool alone = false);
 
  private:
   // The loss of logits against labels (cross entropy, or mse against one-hot targets), writing
@@ -114,6 +126,14 @@ class Trainer {
   float compute_loss(const tensor::Tensor& logits, std::span<const std::int32_t> labels,
                      tensor::Tensor* dlogits);
   void prepare_run_dir();
+  // Parameter servers: worker 0 puts its initial parameters, then every worker pulls them.
+  void start_parameter_servers();
+  // Parameter servers: this step's gradients to the servers, their parameters back (every step
+  // but with async and pull_every > 1).
+  void exchange_with_servers(std::int64_t step, std::int64_t local, std::int64_t global_count);
+  // Async / ssp: the batches are tickets handed out by server 0 (ps_local_batch); true while the
+  // run has more.
+  bool ticketed() const;
   // Seconds spent in the last train_step, split (see StepTimes).
   struct StepTimes {
     double total = 0.0;    // the whole step
@@ -135,6 +155,7 @@ class Trainer {
   std::unique_ptr<parallel::GradientSynchronizer> sync_;
   std::unique_ptr<parallel::SyncBatchNormReducer> bn_reducer_;
   StepTimes last_step_;
+  std::int64_t dropped_steps_ = 0;  // bsp with backup workers: this worker's late gradients
   StragglerSpec straggler_;
   TraceRecorder trace_;
 };

@@ -31,6 +31,11 @@ struct TrainFlags {
   bool no_overlap = false;
   bool sync_bn = false;
   std::string straggler;
+  std::int64_t servers = 0;
+  std::string consistency;
+  std::int64_t staleness = -1;
+  std::int64_t pull_every = 0;
+  std::int64_t backup_workers = -1;
   bool quiet = false;
 };
 
@@ -50,10 +55,20 @@ Examples:
   dtrain train --config examples/fashion_mlp.toml --workers 2 --no-overlap --fusion-bytes 0
   dtrain train --config examples/hogwild_sparse.toml --strategy hogwild --workers 2
                                                      # Hogwild!: 2 threads, no locks
+  dtrain train --config examples/fashion_mlp.toml --strategy ps --consistency async \
+               --servers 2 --workers 6               # Downpour: 6 workers, 2 parameter servers
+  dtrain train --config examples/fashion_mlp.toml --strategy ps --workers 4 --backup-workers 1 \
+               --straggler rank=2,slowdown=5         # sync SGD using the first 3 of 4 gradients
 
 Data parallelism: train.batch_size is the global batch, split over the ranks; gradients are
 averaged with the chosen allreduce in buckets of --fusion-bytes, overlapped with backward.
 train.threads is the compute threads of each rank. See docs/PARALLEL.md.
+
+Parameter servers (--strategy ps, docs/PS.md): --servers ranks hold the parameters, key ranges
+balanced by size, and apply the optimizer; --workers ranks compute gradients. --consistency bsp
+is synchronous (the same update as allreduce), async applies each gradient as it arrives (workers
+pull every --pull-every steps), ssp lets a worker run at most --staleness steps ahead of the
+slowest. Under mpirun the job's last --servers ranks serve.
 
 Outputs (in --out, default runs/<config name>-<YYYYmmdd-HHMMSS>):
   resolved.toml            the full configuration, defaults included (re-run with --config)
@@ -83,6 +98,19 @@ int run_train(const TrainFlags& flags) {
   if (flags.sync_bn) overrides.push_back("parallel.sync_batch_norm=true");
   if (!flags.straggler.empty()) {
     overrides.push_back(fmt::format("parallel.straggler=\"{}\"", flags.straggler));
+  }
+  if (flags.servers > 0) overrides.push_back(fmt::format("parallel.servers={}", flags.servers));
+  if (!flags.consistency.empty()) {
+    overrides.push_back(fmt::format("parallel.consistency=\"{}\"", flags.consistency));
+  }
+  if (flags.staleness >= 0) {
+    overrides.push_back(fmt::format("parallel.staleness={}", flags.staleness));
+  }
+  if (flags.pull_every > 0) {
+    overrides.push_back(fmt::format("parallel.pull_every={}", flags.pull_every));
+  }
+  if (flags.backup_workers >= 0) {
+    overrides.push_back(fmt::format("parallel.backup_workers={}", flags.backup_workers));
   }
 
   train::Config config;
@@ -138,8 +166,8 @@ Command add_train_command(CLI::App& app) {
                   "data-parallel ranks as threads (shortcut for --set parallel.workers=N)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--strategy", flags->strategy,
-                  "how the workers share the model: allreduce (default) or hogwild (lock-free "
-                  "threads on a sparse linear model, docs/HOGWILD.md)");
+                  "how the workers share the model: allreduce (default), ps (parameter servers, "
+                  "docs/PS.md) or hogwild (lock-free threads, docs/HOGWILD.md)");
   sub->add_option(
       "--allreduce", flags->allreduce,
       "gradient allreduce algorithm (ring, tree, halving-doubling, ...; `dtrain config` "
@@ -154,6 +182,21 @@ Command add_train_command(CLI::App& app) {
                   "inject slowness for experiments: rank=R,slowdown=S or "
                   "random=exp|pareto,mean_ms=M[,alpha=A]")
       ->type_name("SPEC");
+  sub->add_option("--servers", flags->servers,
+                  "--strategy ps: parameter-server ranks (parallel.servers)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--consistency", flags->consistency,
+                  "--strategy ps: bsp (synchronous), async (Downpour) or ssp (bounded staleness)");
+  sub->add_option("--staleness", flags->staleness,
+                  "--consistency ssp: steps a worker may run ahead of the slowest")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--pull-every", flags->pull_every,
+                  "--consistency async: pull the parameters every N steps")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--backup-workers", flags->backup_workers,
+                  "--strategy ps --consistency bsp: each step uses the first workers - N "
+                  "gradients and drops the late ones")
+      ->check(CLI::NonNegativeNumber);
   sub->add_flag("--quiet,-q", flags->quiet, "no progress output (errors are still printed)");
   resume->excludes(config)->excludes(out);
   sub->callback([flags, config, resume] {

@@ -1,0 +1,138 @@
+#include "dtrain/train/ps_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "dtrain/base/error.h"
+#include "dtrain/nn/model_zoo.h"
+#include "dtrain/ps/client.h"
+#include "dtrain/ps/server.h"
+
+namespace dtrain::train {
+namespace {
+
+// A histogram as a list: entry i counts the gradients of staleness i (the last of
+// ps::kHistogramBins entries: i or more), trimmed after the last non-empty bin.
+nlohmann::json histogram_json(const std::vector<std::int64_t>& bins) {
+  std::size_t used = bins.size();
+  while (used > 0 && bins[used - 1] == 0) --used;
+  return std::vector<std::int64_t>(bins.begin(), bins.begin() + static_cast<std::ptrdiff_t>(used));
+}
+
+}  // namespace
+
+int ps_thread_ranks(const Config& config) {
+  return static_cast<int>(config.parallel.workers + config.parallel.servers);
+}
+
+std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& config,
+                                      const TrainerOptions& options,
+                                      const std::shared_ptr<const RunData>& data) {
+  const auto servers = static_cast<int>(config.parallel.servers);
+  const int workers = comm.size() - servers;
+  if (workers < 1) {
+    throw ConfigError(fmt::format(
+        "parallel.servers = {} leaves no workers among the job's {} ranks; start more ranks (mpirun "
+        "-np) or use fewer servers",
+        servers, comm.size()));
+  }
+  if (options.resume) {
+    throw ConfigError(fmt::format(
+        "--resume {}: a parameter-server run keeps no checkpoints (the optimizer state lives on "
+        "the servers); start a new run with --config {}/resolved.toml",
+        options.run_dir, options.run_dir));
+  }
+  const bool is_worker = comm.rank() < workers;
+  // Both splits are collective over every rank, in the same order everywhere.
+  std::unique_ptr<comm::Communicator> ps_comm = comm.split(0, comm.rank());
+  std::unique_ptr<comm::Communicator> worker_comm =
+      comm.split(is_worker ? 0 : comm::kUndefinedColor, comm.rank());
+  // The servers learn the model's tensors (offsets, weight-decay flags) from the same config.
+  const auto model = nn::build_model(
+      model_spec(config.model, data->train.sample_shape(), data->train.num_classes));
+  const ps::ShardLayout layout(model->store().num_params(), servers);
+  std::vector<int> worker_ranks;
+  std::vector<int> server_ranks;
+  for (int r = 0; r < comm.size(); ++r) (r < workers ? worker_ranks : server_ranks).push_back(r);
+  const auto timeout = comm.options().timeout;
+  const bool ticketed = config.parallel.consistency != "bsp";
+
+  if (!is_worker) {
+    const int index = comm.rank() - workers;
+    ps::ServerOptions server;
+    server.consistency = ps::parse_consistency(config.parallel.consistency);
+    server.staleness = config.parallel.staleness;
+    server.backup_workers = config.parallel.backup_workers;
+    if (index == 0 && ticketed) {
+      server.tickets =
+          config.train.epochs * ps_tickets_per_epoch(config, workers, data->train.size());
+    }
+    server.optimizer = optimizer_config(config.optim);
+    for (const auto& entry : model->store().param_entries()) {
+      server.segments.push_back({entry.name, entry.offset, entry.numel, entry.weight_decay});
+    }
+    server.timeout = timeout;
+    server.worker_timeout = timeout;
+    ps::Server(ps_comm->transport(), index, layout, worker_ranks, std::move(server)).serve();
+    return std::nullopt;
+  }
+  // Workers wait longer than servers: a server's verdict naming a missing worker arrives first.
+  ps::Client client(ps_comm->transport(), layout, server_ranks, workers,
+                    2 * timeout + std::chrono::seconds(5));
+  TrainerOptions worker = options;
+  worker.comm = worker_comm.get();
+  worker.ps = &client;
+  worker.data = data;
+  Trainer trainer(config, worker);
+  RunSummary summary = trainer.run();
+  if (comm.rank() != 0) return std::nullopt;
+  return summary;
+}
+
+nlohmann::json ps_summary(const Config& config, int workers,
+                          const std::vector<ps::ServerStats>& servers,
+                          std::int64_t worker0_dropped) {
+  const auto& p = config.parallel;
+  nlohmann::json out = {{"strategy", "ps"},
+                        {"consistency", p.consistency},
+                        {"workers", workers},
+                        {"servers", p.servers}};
+  if (p.consistency == "ssp") out["staleness_bound"] = p.staleness;
+  if (p.consistency == "async") out["pull_every"] = p.pull_every;
+  if (p.consistency == "bsp") out["backup_workers"] = p.backup_workers;
+  std::int64_t max_staleness = 0;
+  std::int64_t dropped = 0;
+  std::vector<std::int64_t> staleness(ps::kHistogramBins, 0);
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t s = 0; s < servers.size(); ++s) {
+    const ps::ServerStats& stats = servers[s];
+    max_staleness = std::max(max_staleness, stats.max_staleness);
+    dropped += stats.dropped;
+    for (std::size_t i = 0; i < staleness.size(); ++i) staleness[i] += stats.staleness[i];
+    std::vector<int> dead;
+    for (std::size_t w = 0; w < stats.dead.size(); ++w) {
+      if (stats.dead[w] != 0) dead.push_back(static_cast<int>(w));
+    }
+    rows.push_back({{"server", s},
+                    {"updates", stats.version},
+                    {"gradients_applied", stats.applied},
+                    {"gradients_dropped", stats.dropped},
+                    {"max_staleness", stats.max_staleness},
+                    {"max_update_lag", stats.max_update_lag},
+                    {"staleness_histogram", histogram_json(stats.staleness)},
+                    {"update_lag_histogram", histogram_json(stats.update_lag)},
+                    {"pushes_per_worker", stats.pushes},
+                    {"dead_workers", dead}});
+  }
+  // Every push reaches every server, so the servers' histograms count the same gradients; the
+  // summed one counts each (gradient, server) pair.
+  out["max_staleness"] = max_staleness;
+  out["staleness_histogram"] = histogram_json(staleness);
+  out["gradients_dropped"] = dropped;
+  out["worker0_dropped_steps"] = worker0_dropped;
+  out["per_server"] = rows;
+  return out;
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,42 @@
+// Parameter-server training (parallel.strategy = "ps", docs/PS.md): which rank does what, and the
+// "parallel" section of its summary.json.
+//
+// Roles on one communicator of R ranks: ranks 0 .. W-1 are workers (W = R - parallel.servers),
+// ranks W .. R-1 are servers, server s holding key range s of ps::ShardLayout(parameters, S).
+// With ranks as threads (no mpirun) the launcher starts parallel.workers + parallel.servers of
+// them; under mpirun the job's ranks (processes x parallel.workers threads) are split this way.
+// Worker traffic to servers runs on a communicator of its own; the workers also share one without
+// the servers, for the start-up checks and (bsp) evaluation.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dtrain/comm/communicator.h"
+#include "dtrain/ps/server_stats.h"
+#include "dtrain/train/config.h"
+#include "dtrain/train/metrics.h"
+#include "dtrain/train/run_data.h"
+#include "dtrain/train/trainer.h"
+
+namespace dtrain::train {
+
+// Ranks as threads without MPI: workers + servers.
+int ps_thread_ranks(const Config& config);
+
+// This rank's part: serve until the workers stop, or train as a worker. Returns worker 0's
+// summary; nothing on the others.
+std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& config,
+                                      const TrainerOptions& options,
+                                      const std::shared_ptr<const RunData>& data);
+
+// summary.json's "parallel" for a parameter-server run: settings, each server's statistics with
+// its staleness histograms, and the dropped (late) gradients of backup-worker runs.
+nlohmann::json ps_summary(const Config& config, int workers,
+                          const std::vector<ps::ServerStats>& servers,
+                          std::int64_t worker0_dropped);
+
+}  // namespace dtrain::train

@@ -94,6 +94,8 @@ nlohmann::json to_json(const RunSummary& s) {
                         {"wall_seconds", s.wall_seconds},
                         {"train_seconds", s.train_seconds},
                         {"train_samples_per_second", s.train_samples_per_second},
+                        {"step_seconds_median", s.step_seconds_median},
+                        {"step_seconds_p99", s.step_seconds_p99},
                         {"time_to_accuracy", s.time_to_accuracy},
                         {"seed", s.seed},
                         {"threads", s.threads},

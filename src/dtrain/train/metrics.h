@@ -107,6 +107,10 @@ struct RunSummary {
   double wall_seconds = 0.0;   // whole run, evaluation and start-up included
   double train_seconds = 0.0;  // training only
   double train_samples_per_second = 0.0;
+  // Rank 0's training steps of this invocation (a resumed run: since the resume): the median and
+  // 99th percentile of their durations, what stragglers and backup workers change.
+  double step_seconds_median = 0.0;
+  double step_seconds_p99 = 0.0;
   nlohmann::json time_to_accuracy = nlohmann::json::object();
   std::int64_t seed = 0;
   std::int64_t threads = 1;

@@ -28,7 +28,8 @@ int ps_thread_ranks(const Config& config) {
 
 std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& config,
                                       const TrainerOptions& options,
-                                      const std::shared_ptr<const RunData>& data) {
+                                      const std::shared_ptr<const RunData>& data,
+                                      const std::function<void(Trainer&)>& after_run) {
   const auto servers = static_cast<int>(config.parallel.servers);
   const int workers = comm.size() - servers;
   if (workers < 1) {
@@ -86,6 +87,7 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
   worker.data = data;
   Trainer trainer(config, worker);
   RunSummary summary = trainer.run();
+  if (after_run) after_run(trainer);
   if (comm.rank() != 0) return std::nullopt;
   return summary;
 }

@@ -9,6 +9,7 @@
 // the servers, for the start-up checks and (bsp) evaluation.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -29,9 +30,11 @@ int ps_thread_ranks(const Config& config);
 
 // This rank's part: serve until the workers stop, or train as a worker. Returns worker 0's
 // summary; nothing on the others.
+// `after_run`, when set, sees each worker's Trainer once it has run (tests read the parameters).
 std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& config,
                                       const TrainerOptions& options,
-                                      const std::shared_ptr<const RunData>& data);
+                                      const std::shared_ptr<const RunData>& data,
+                                      const std::function<void(Trainer&)>& after_run = {});
 
 // summary.json's "parallel" for a parameter-server run: settings, each server's statistics with
 // its staleness histograms, and the dropped (late) gradients of backup-worker runs.

@@ -30,6 +30,16 @@ constexpr std::int64_t kEvalBatch = 1000;
 // A target not reached yet, as stored among a checkpoint's scalars.
 constexpr double kNotReached = -1.0;
 
+// The q-quantile (nearest rank) of `values`; 0 for none.
+double percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0.0;
+  const auto rank = static_cast<std::size_t>(
+      std::ceil(q * static_cast<double>(values.size())) - 1.0);
+  const auto at = values.begin() + static_cast<std::ptrdiff_t>(std::min(rank, values.size() - 1));
+  std::nth_element(values.begin(), at, values.end());
+  return *at;
+}
+
 std::string tta_scalar(double target) { return "tta:" + AccuracyTargets::key(target); }
 
 // A resumed run repeats the epochs after its checkpoint, so records the interrupted run wrote for
@@ -585,6 +595,7 @@ RunSummary Trainer::run() {
     train_seconds += clock.seconds();
     return result;
   };
+  std::vector<double> step_seconds;  // every step's duration, for the median and p99
   data::ShuffledSampler sampler(n, seed);
   tensor::Tensor x;
   std::vector<std::int32_t> y;
@@ -645,6 +656,7 @@ RunSummary Trainer::run() {
       if (global_step >= trace_until) trace_.stop();
       const float value = train_step(x, y, global_step, &correct, count);
       const double seconds = step_clock.seconds();
+      step_seconds.push_back(seconds);
       ++global_step;
       ++step_in_epoch;
       epoch_totals.samples += static_cast<double>(share);
@@ -764,6 +776,8 @@ RunSummary Trainer::run() {
   summary.train_seconds = train_seconds;
   summary.train_samples_per_second =
       train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0.0;
+  summary.step_seconds_median = percentile(step_seconds, 0.5);
+  summary.step_seconds_p99 = percentile(step_seconds, 0.99);
   summary.time_to_accuracy = targets.to_json();
   summary.seed = t.seed;
   summary.threads = t.threads;

@@ -1,0 +1,241 @@
+// Parameter-server training through the Trainer (parallel.strategy = "ps"): bsp follows the
+// allreduce trajectory, async and ssp train, backup workers hide a straggler, and the summary holds
+// the servers' staleness histograms.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "dtrain/base/error.h"
+#include "dtrain/base/thread_pool.h"
+#include "dtrain/comm/spawn_ranks.h"
+#include "dtrain/train/launch.h"
+#include "dtrain/train/ps_run.h"
+#include "dtrain/train/trainer.h"
+
+namespace dtrain::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ParameterServerTrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fs::temp_directory_path() /
+            fmt::format("dtrain_ps_{}_{}", std::string(info->name()).substr(0, 40), ::getpid());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  std::string dir(const std::string& name) {
+    ++runs_;
+    return (root_ / fmt::format("{}-{}", name, runs_)).string();
+  }
+
+  // 240 samples, global batch 24: 10 steps per epoch.
+  static Config mlp_config() {
+    Config c;
+    c.data.dataset = "synthetic";
+    c.data.synthetic_samples = 240;
+    c.data.synthetic_test_samples = 60;
+    c.data.synthetic_classes = 4;
+    c.data.synthetic_shape = {1, 4, 4};
+    c.data.synthetic_noise = 0.8;
+    c.model.name = "mlp";
+    c.model.hidden = {16, 8};
+    c.train.epochs = 2;
+    c.train.batch_size = 24;
+    c.train.seed = 3;
+    c.train.log_every = 5;
+    c.train.checkpoint_every = 0;
+    c.optim.lr = 0.05;
+    c.optim.momentum = 0.9;
+    c.parallel.trace_steps = 0;
+    return c;
+  }
+
+  static comm::CommOptions comm_options() {
+    comm::CommOptions options;
+    options.timeout = std::chrono::seconds(20);
+    return options;
+  }
+
+  // Worker 0's parameters after `workers` workers train `config` with allreduce.
+  std::vector<float> allreduce(Config config, int workers) {
+    config.parallel.workers = workers;
+    const std::string run_dir = dir("allreduce");
+    std::vector<float> params;
+    comm::spawn_ranks(
+        workers,
+        [&](comm::Communicator& comm) {
+          ScopedComputePool pool(1);
+          TrainerOptions options{run_dir, false, true, stderr, nullptr, nullptr};
+          options.comm = &comm;
+          Trainer trainer(config, options);
+          trainer.run();
+          const auto& store = trainer.model().store();
+          if (comm.rank() == 0) params.assign(store.params(), store.params() + store.num_params());
+        },
+        comm_options());
+    return params;
+  }
+
+  // Every worker's parameters after `workers` workers and `servers` servers train `config`.
+  std::vector<std::vector<float>> parameter_servers(Config config, int workers, int servers) {
+    config.parallel.strategy = "ps";
+    config.parallel.workers = workers;
+    config.parallel.servers = servers;
+    const std::string run_dir = dir("ps");
+    const auto data = std::make_shared<const RunData>(load_run_data(config.data));
+    std::vector<std::vector<float>> params(static_cast<std::size_t>(workers));
+    comm::spawn_ranks(
+        workers + servers,
+        [&](comm::Communicator& comm) {
+          ScopedComputePool pool(1);
+          TrainerOptions options{run_dir, false, true, stderr, nullptr, nullptr};
+          run_ps_rank(comm, config, options, data, [&](Trainer& trainer) {
+            const auto& store = trainer.model().store();
+            params[static_cast<std::size_t>(comm.rank())].assign(
+                store.params(), store.params() + store.num_params());
+          });
+        },
+        comm_options());
+    return params;
+  }
+
+  static double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double diff = 0.0, norm = 0.0;
+    for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+      norm += static_cast<double>(b[i]) * b[i];
+    }
+    return std::sqrt(diff / norm);
+  }
+
+  nlohmann::json summary_of(const std::string& run_dir) {
+    std::ifstream in(fs::path(run_dir) / "summary.json");
+    return nlohmann::json::parse(in);
+  }
+
+  fs::path root_;
+  int runs_ = 0;
+};
+
+TEST_F(ParameterServerTrainingTest, BspFollowsTheAllreduceTrajectory) {
+  for (const int workers : {2, 3}) {
+    for (const int servers : {1, 2}) {
+      for (const std::string optimizer : {"sgd", "adam"}) {
+        Config config = mlp_config();
+        config.optim.name = optimizer;
+        if (optimizer == "adam") {
+          config.optim.lr = 0.01;
+          config.optim.momentum = 0.0;
+        }
+        const std::vector<float> reference = allreduce(config, workers);
+        const auto params = parameter_servers(config, workers, servers);
+        for (const auto& worker : params) {
+          EXPECT_LT(relative_difference(worker, reference), 1e-5)
+              << workers << " workers, " << servers << " servers, " << optimizer;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(ParameterServerTrainingTest, AsyncAndSspTrainAndReportStaleness) {
+  for (const std::string consistency : {"async", "ssp"}) {
+    Config config = mlp_config();
+    config.train.epochs = 4;
+    config.optim.momentum = 0.5;  // asynchrony adds momentum of its own (docs/PS.md)
+    config.parallel.strategy = "ps";
+    config.parallel.consistency = consistency;
+    config.parallel.workers = 3;
+    config.parallel.servers = 2;
+    config.parallel.staleness = 1;
+    TrainerOptions options{dir(consistency), false, true, stderr, nullptr, nullptr};
+    const RunSummary summary = run_training(config, options);
+    // 4 classes: chance is 25%.
+    EXPECT_GT(summary.final_test_accuracy, 0.5) << consistency;
+    const nlohmann::json json = summary_of(options.run_dir);
+    const auto& parallel = json["parallel"];
+    EXPECT_EQ(parallel["consistency"], consistency);
+    ASSERT_EQ(parallel["per_server"].size(), 2u);
+    // Every ticket of every epoch was trained on once: 4 epochs x ceil(240 / 8) pushes.
+    std::int64_t pushes = 0;
+    for (const auto& count : parallel["per_server"][0]["pushes_per_worker"]) {
+      pushes += count.get<std::int64_t>();
+    }
+    EXPECT_EQ(pushes, 4 * 30) << consistency;
+    std::int64_t histogram_total = 0;
+    for (const auto& count : parallel["staleness_histogram"]) {
+      histogram_total += count.get<std::int64_t>();
+    }
+    EXPECT_EQ(histogram_total, 2 * pushes);  // two servers count each gradient
+    if (consistency == "ssp") {
+      EXPECT_LE(parallel["max_staleness"].get<int>(), 1);
+    }
+    EXPECT_DOUBLE_EQ(json["samples"].get<double>(), 4 * 240);
+  }
+}
+
+TEST_F(ParameterServerTrainingTest, BackupWorkerKeepsTheMedianStepOfARunWithoutAStraggler) {
+  // Steps long enough (a few ms) that the straggler's sleep, not scheduling noise, decides.
+  Config config = mlp_config();
+  config.data.synthetic_samples = 1920;
+  config.data.synthetic_shape = {1, 28, 28};
+  config.model.hidden = {256, 256};
+  config.train.batch_size = 96;
+  config.train.epochs = 1;
+  config.parallel.strategy = "ps";
+  config.parallel.workers = 3;
+  auto median_step = [&](const std::string& straggler, std::int64_t backups) {
+    Config c = config;
+    c.parallel.straggler = straggler;
+    c.parallel.backup_workers = backups;
+    TrainerOptions options{dir("straggler"), false, true, stderr, nullptr, nullptr};
+    return run_training(c, options).step_seconds_median;
+  };
+  // Rounds alternate the three runs and keep each one's best median, so that a burst of load
+  // from elsewhere on the machine cannot land on one of them alone.
+  double baseline = 1e9, with_backup = 1e9, plain = 1e9;
+  for (int round = 0; round < 3; ++round) {
+    baseline = std::min(baseline, median_step("", 0));
+    with_backup = std::min(with_backup, median_step("rank=2,slowdown=5", 1));
+    plain = std::min(plain, median_step("rank=2,slowdown=5", 0));
+  }
+  std::printf("median step: %.2f ms, with a 5x straggler %.2f ms, with it and a backup %.2f ms\n",
+              1e3 * baseline, 1e3 * plain, 1e3 * with_backup);
+  EXPECT_LT(with_backup, 1.2 * baseline) << "baseline " << baseline << " s";
+  EXPECT_GT(plain, 1.2 * baseline) << "baseline " << baseline << " s";
+}
+
+TEST_F(ParameterServerTrainingTest, ConfigMistakesAreNamed) {
+  Config config = mlp_config();
+  config.parallel.backup_workers = 1;
+  config.parallel.workers = 3;
+  EXPECT_THAT([&] { validate(config); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("--strategy ps")));
+  config.parallel.strategy = "ps";
+  config.parallel.backup_workers = 3;
+  EXPECT_THAT([&] { validate(config); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("must be below")));
+  config.parallel.backup_workers = 0;
+  config.parallel.pull_every = 4;
+  EXPECT_THAT([&] { validate(config); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("async")));
+  config.parallel.pull_every = 1;
+  config.optim.name = "lars";
+  EXPECT_THAT([&] { validate(config); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("lars")));
+}
+
+}  // namespace
+}  // namespace dtrain::train

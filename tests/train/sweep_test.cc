@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "dtrain/base/error.h"
 
@@ -92,6 +93,43 @@ TEST_F(SweepTest, BadValueFailsBeforeAnyRun) {
     EXPECT_THAT(e.what(), HasSubstr("bogus"));
   }
   EXPECT_FALSE(fs::exists(root_ / "parallel.allreduce=ring"));
+}
+
+}  // namespace
+}  // namespace dtrain::train
+
+namespace dtrain::train {
+namespace {
+
+TEST(SweepModes, ExpandToTheirKeysAndRejectUnknownOnes) {
+  EXPECT_EQ(mode_overrides("allreduce"), (std::vector<std::string>{"parallel.strategy=\"allreduce\""}));
+  EXPECT_THAT(mode_overrides("backup=2"), ::testing::Contains("parallel.backup_workers=2"));
+  EXPECT_THAT(mode_overrides("ssp=3"), ::testing::Contains("parallel.staleness=3"));
+  EXPECT_THAT(mode_overrides("async/4"), ::testing::Contains("parallel.pull_every=4"));
+  EXPECT_THAT(mode_overrides("async"), ::testing::Contains("parallel.consistency=\"async\""));
+  EXPECT_THROW(mode_overrides("backup="), ConfigError);
+  EXPECT_THROW(mode_overrides("ssp=x"), ConfigError);
+  EXPECT_THROW(mode_overrides("hogwash"), ConfigError);
+}
+
+TEST_F(SweepTest, ComparesTheWaysOfTrainingUnderOneStraggler) {
+  Config base = tiny();
+  base.parallel.workers = 3;
+  base.parallel.straggler = "rank=2,slowdown=2";
+  const std::vector<SweepAxis> axes{parse_sweep_axis("mode=allreduce,sync,backup=1,async,ssp=1")};
+  const SweepResult result = run_sweep(base, axes, root_.string());
+  ASSERT_EQ(result.rows.size(), 5u);
+  EXPECT_EQ(result.rows[0].ranks, 3);
+  EXPECT_EQ(result.rows[1].ranks, 4);  // 3 workers + 1 server
+  for (const auto& row : result.rows) {
+    EXPECT_GT(row.step_median, 0.0);
+    EXPECT_GE(row.step_p99, row.step_median);
+    EXPECT_GT(row.bytes_per_step, 0.0);
+  }
+  const auto summary = nlohmann::json::parse(
+      std::ifstream(fs::path(result.rows[3].run_dir) / "summary.json"));
+  EXPECT_EQ(summary["parallel"]["consistency"], "async");
+  EXPECT_THAT(sweep_table(result), HasSubstr("p99 ms"));
 }
 
 }  // namespace

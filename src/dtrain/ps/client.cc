@@ -94,6 +94,7 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
     receives.push_back(transport_.irecv(server_ranks_[s], kReplyTag, replies_[s].data(),
                                         replies_[s].size()));
     sends.push_back(transport_.isend(server_ranks_[s], kRequestTag, request.data(), bytes));
+    bytes_sent_ += static_cast<std::int64_t>(bytes);
   }
   std::vector<ReplyHeader> headers;
   for (std::size_t i = 0; i < pieces.size(); ++i) {
@@ -107,6 +108,11 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
     }
     ReplyHeader header;
     std::memcpy(&header, replies_[s].data(), sizeof header);
+    bytes_received_ += static_cast<std::int64_t>(
+        sizeof header + static_cast<std::size_t>(header.count) *
+                            (op == Op::kStats ? sizeof(std::int64_t)
+                             : header.status == Status::kError ? 1
+                                                                : sizeof(float)));
     const std::byte* payload = replies_[s].data() + sizeof header;
     if (header.status == Status::kError) {
       throw comm::CommError(fmt::format(

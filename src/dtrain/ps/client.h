@@ -51,6 +51,9 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   const ShardLayout& layout() const { return layout_; }
+  // Bytes this client has sent and received (headers included), for bytes-moved figures.
+  std::int64_t bytes_sent() const { return bytes_sent_; }
+  std::int64_t bytes_received() const { return bytes_received_; }
 
   // grads: layout().total() floats; params: null (push only) or layout().total() floats.
   PushResult push(const float* grads, const PushInfo& info, float* params = nullptr);
@@ -91,6 +94,8 @@ class Client {
   std::vector<std::vector<std::byte>> replies_;
   std::vector<std::int64_t> basis_clock_;
   std::vector<std::int64_t> basis_version_;
+  std::atomic<std::int64_t> bytes_sent_{0};
+  std::atomic<std::int64_t> bytes_received_{0};
   std::atomic<std::int64_t> async_ops_{0};  // numbers the Works in timeouts
   comm::TaskQueue queue_;  // last: joined first, while the buffers above still exist
 };

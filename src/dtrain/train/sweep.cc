@@ -37,8 +37,22 @@ std::string point_name(const std::vector<SweepAxis>& axes, const std::vector<std
   return name.empty() ? "base" : name;
 }
 
-// The ranks of a run: threads per process (there is one process when sweeping).
-int ranks_of(const Config& config) { return static_cast<int>(config.parallel.workers); }
+// The ranks of a run: threads per process (there is one process when sweeping), with the
+// parameter servers' ranks.
+int ranks_of(const Config& config) {
+  const bool ps = config.parallel.strategy == "ps";
+  return static_cast<int>(config.parallel.workers + (ps ? config.parallel.servers : 0));
+}
+
+// The count after "name=" in a mode ("backup=2" -> 2); ConfigError when it is not one.
+std::int64_t mode_count(const std::string& mode, std::size_t at) {
+  const std::string digits = mode.substr(at);
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) {
+    throw ConfigError(fmt::format("sweep mode '{}' needs a count after '{}'", mode,
+                                  mode.substr(0, at)));
+  }
+  return std::stoll(digits);
+}
 
 std::string tta_text(const nlohmann::json& value) {
   return value.is_null() ? "-" : fmt::format("{:.1f}", value.get<double>());
@@ -59,6 +73,33 @@ SweepAxis parse_sweep_axis(const std::string& text) {
   return axis;
 }
 
+std::vector<std::string> mode_overrides(const std::string& mode) {
+  const std::vector<std::string> ps{"parallel.strategy=\"ps\""};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), ps.begin(), ps.end());
+    return more;
+  };
+  if (mode == "allreduce") return {"parallel.strategy=\"allreduce\""};
+  if (mode == "sync") return with({"parallel.consistency=\"bsp\"", "parallel.backup_workers=0"});
+  if (mode.rfind("backup=", 0) == 0) {
+    return with({"parallel.consistency=\"bsp\"",
+                 fmt::format("parallel.backup_workers={}", mode_count(mode, 7))});
+  }
+  if (mode == "async") return with({"parallel.consistency=\"async\"", "parallel.pull_every=1"});
+  if (mode.rfind("async/", 0) == 0) {
+    return with({"parallel.consistency=\"async\"",
+                 fmt::format("parallel.pull_every={}", mode_count(mode, 6))});
+  }
+  if (mode.rfind("ssp=", 0) == 0) {
+    return with({"parallel.consistency=\"ssp\"",
+                 fmt::format("parallel.staleness={}", mode_count(mode, 4))});
+  }
+  throw ConfigError(fmt::format(
+      "unknown sweep mode '{}'; choose allreduce, sync, backup=B, async, async/K (pull every K "
+      "steps) or ssp=S",
+      mode));
+}
+
 SweepResult run_sweep(
     const Config& base, const std::vector<SweepAxis>& axes, const std::string& out_dir,
     const std::function<void(const SweepRow&, std::size_t, std::size_t)>& on_row) {
@@ -68,7 +109,11 @@ SweepResult run_sweep(
   for (const auto& point : points) {
     Config config = base;
     for (std::size_t i = 0; i < axes.size(); ++i) {
-      apply_override(config, axes[i].key + "=" + point[i]);
+      if (axes[i].key == kModeAxis) {
+        for (const auto& assignment : mode_overrides(point[i])) apply_override(config, assignment);
+      } else {
+        apply_override(config, axes[i].key + "=" + point[i]);
+      }
     }
     validate(config);
     configs.push_back(config);
@@ -88,6 +133,8 @@ SweepResult run_sweep(
     row.samples_per_second = summary.train_samples_per_second;
     row.time_to_accuracy = summary.time_to_accuracy;
     row.final_test_accuracy = summary.final_test_accuracy;
+    row.step_median = summary.step_seconds_median;
+    row.step_p99 = summary.step_seconds_p99;
     if (!summary.parallel.is_null()) {
       row.bytes_per_step = summary.parallel.value("bytes_sent_per_rank_and_step", 0.0);
     }
@@ -132,7 +179,7 @@ std::string sweep_table(const SweepResult& result) {
   header += fmt::format("{:>6} {:>9} {:>11} {:>8} {:>6}", "ranks", "s/epoch", "samples/s",
                         "speedup", "eff");
   for (const auto& target : targets) header += fmt::format(" {:>8}", "tta " + target);
-  header += fmt::format(" {:>12} {:>8}\n", "bytes/step", "test acc");
+  header += fmt::format(" {:>8} {:>8} {:>12} {:>8}\n", "step ms", "p99 ms", "bytes/step", "test acc");
   std::string text = header;
   for (const auto& row : result.rows) {
     for (const auto& value : row.point) text += fmt::format("{:>18} ", value);
@@ -141,8 +188,8 @@ std::string sweep_table(const SweepResult& result) {
     for (const auto& target : targets) {
       text += fmt::format(" {:>8}", tta_text(row.time_to_accuracy.value(target, nlohmann::json())));
     }
-    text +=
-        fmt::format(" {:>12.0f} {:>7.2f}%\n", row.bytes_per_step, 100.0 * row.final_test_accuracy);
+    text += fmt::format(" {:>8.2f} {:>8.2f} {:>12.0f} {:>7.2f}%\n", 1e3 * row.step_median,
+                        1e3 * row.step_p99, row.bytes_per_step, 100.0 * row.final_test_accuracy);
   }
   return text;
 }
@@ -152,16 +199,17 @@ std::string sweep_csv(const SweepResult& result) {
   for (const auto& axis : result.axes) text += axis.key + ",";
   text +=
       "ranks,epoch_seconds,samples_per_second,speedup,efficiency,time_to_accuracy,"
-      "bytes_per_step,final_test_accuracy,run_dir\n";
+      "step_seconds_median,step_seconds_p99,bytes_per_step,final_test_accuracy,run_dir\n";
   for (const auto& row : result.rows) {
     for (const auto& value : row.point) text += value + ",";
     std::string tta;
     for (const auto& [target, seconds] : row.time_to_accuracy.items()) {
       tta += fmt::format("{}{}:{}", tta.empty() ? "" : " ", target, tta_text(seconds));
     }
-    text += fmt::format("{},{:.4f},{:.1f},{:.4f},{:.4f},{},{:.0f},{:.4f},{}\n", row.ranks,
-                        row.epoch_seconds, row.samples_per_second, row.speedup, row.efficiency, tta,
-                        row.bytes_per_step, row.final_test_accuracy, row.run_dir);
+    text += fmt::format("{},{:.4f},{:.1f},{:.4f},{:.4f},{},{:.6f},{:.6f},{:.0f},{:.4f},{}\n",
+                        row.ranks, row.epoch_seconds, row.samples_per_second, row.speedup,
+                        row.efficiency, tta, row.step_median, row.step_p99, row.bytes_per_step,
+                        row.final_test_accuracy, row.run_dir);
   }
   return text;
 }
@@ -178,6 +226,8 @@ nlohmann::json sweep_json(const SweepResult& result) {
                     {"speedup", row.speedup},
                     {"efficiency", row.efficiency},
                     {"time_to_accuracy", row.time_to_accuracy},
+                    {"step_seconds_median", row.step_median},
+                    {"step_seconds_p99", row.step_p99},
                     {"bytes_per_step", row.bytes_per_step},
                     {"final_test_accuracy", row.final_test_accuracy},
                     {"run_dir", row.run_dir}});

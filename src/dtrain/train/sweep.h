@@ -7,6 +7,14 @@
 // folder under the sweep's folder, named after its point
 // ("parallel.workers=2,parallel.allreduce=ring").
 //
+// The axis "mode" (`dtrain sweep --modes`) names ways of training, each a bundle of keys, so that
+// synchronous, backup-worker and asynchronous training compare under the same stragglers:
+//   allreduce   parallel.strategy = "allreduce"
+//   sync        parameter servers, consistency bsp
+//   backup=B    parameter servers, bsp, B backup workers
+//   async       parameter servers, consistency async (async/K: pull every K steps)
+//   ssp=S       parameter servers, consistency ssp with staleness S
+//
 // Speedup of a run = its samples/s / the samples/s of the run at the same point with
 // parallel.workers = 1 (the first run of the grid when the grid has no such point); scaling
 // efficiency = speedup / its number of ranks.
@@ -39,6 +47,8 @@ struct SweepRow {
   nlohmann::json time_to_accuracy;  // summary.json's {"0.85": s or null}
   double bytes_per_step = 0.0;      // sent per rank and step
   double final_test_accuracy = 0.0;
+  double step_median = 0.0;  // seconds (summary.json's step_seconds_median)
+  double step_p99 = 0.0;
   std::string run_dir;
 };
 
@@ -60,5 +70,9 @@ nlohmann::json sweep_json(const SweepResult& result);
 
 // "parallel.workers=1,2,4" -> {"parallel.workers", {"1", "2", "4"}}; ConfigError when malformed.
 SweepAxis parse_sweep_axis(const std::string& text);
+
+inline constexpr const char* kModeAxis = "mode";
+// The --set assignments of one value of the "mode" axis; ConfigError naming the accepted forms.
+std::vector<std::string> mode_overrides(const std::string& mode);
 
 }  // namespace dtrain::train

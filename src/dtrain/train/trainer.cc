@@ -784,6 +784,12 @@ RunSummary Trainer::run() {
   summary.resumed_from_epoch = resumed_from;
   if (options_.ps != nullptr) {
     summary.parallel = ps_summary(config_, world_, server_stats, dropped_steps_);
+    // Worker 0's traffic to and from the servers, per step.
+    const double steps = static_cast<double>(std::max<std::int64_t>(global_step - first_step, 1));
+    summary.parallel["bytes_sent_per_rank_and_step"] =
+        static_cast<double>(options_.ps->bytes_sent()) / steps;
+    summary.parallel["bytes_received_per_rank_and_step"] =
+        static_cast<double>(options_.ps->bytes_received()) / steps;
     if (collective) summary.parallel["per_rank"] = rank_rows(run_totals);
   } else if (comm != nullptr) {
     nlohmann::json ranks = rank_rows(run_totals);

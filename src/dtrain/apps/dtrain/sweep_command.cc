@@ -23,6 +23,8 @@ struct SweepFlags {
   std::string out;
   std::string workers;
   std::string allreduce;
+  std::string modes;
+  std::string straggler;
   std::vector<std::string> grid;
   std::int64_t epochs = 0;
   bool json = false;
@@ -31,21 +33,31 @@ struct SweepFlags {
 constexpr const char* kSweepHelp =
     R"(Trains one run per point of a grid of config values and compares them.
 
-The grid's axes are --workers, --allreduce and any config key with --grid KEY=V1,V2,...; the runs
+The grid's axes are --workers, --allreduce, --modes and any config key with --grid KEY=V1,V2,...; the runs
 are their cross product, one after another, each in its own run folder under --out. The table gives
 training seconds per epoch, samples/s, speedup and scaling efficiency over the one-worker run at the
 same point, time to each accuracy target (training seconds), bytes sent per rank and step, and the
-final test accuracy; --out also receives sweep.csv and sweep.json.)";
+final test accuracy, and the median and 99th-percentile step time; --out also receives sweep.csv and
+sweep.json.
+
+--modes compares ways of training under the same conditions (for example --straggler):
+allreduce, sync (parameter servers, bsp), backup=B (bsp using the first workers - B gradients),
+async (Downpour; async/K pulls every K steps) and ssp=S (staleness bound S). docs/PS.md.)";
 
 constexpr const char* kSweepFooter = R"(
 Examples:
   dtrain sweep --config examples/fashion_mlp.toml --workers 1,2 --allreduce ring,tree,parameter-server
   dtrain sweep --config examples/fashion_mlp.toml --workers 2 --grid parallel.fusion_bytes=0,1048576 \
-      --grid parallel.overlap=true,false --epochs 1)";
+      --grid parallel.overlap=true,false --epochs 1
+  dtrain sweep --config examples/fashion_mlp_ps.toml --workers 3 --straggler rank=2,slowdown=3 \
+      --modes allreduce,sync,backup=1,async,ssp=3)";
 
 int run_sweep_command(const SweepFlags& flags) {
   std::vector<std::string> overrides = flags.sets;
   if (flags.epochs > 0) overrides.push_back(fmt::format("train.epochs={}", flags.epochs));
+  if (!flags.straggler.empty()) {
+    overrides.push_back(fmt::format("parallel.straggler=\"{}\"", flags.straggler));
+  }
   const train::Config base = train::load_config(flags.config, overrides);
   std::vector<train::SweepAxis> axes;
   if (!flags.workers.empty())
@@ -53,9 +65,13 @@ int run_sweep_command(const SweepFlags& flags) {
   if (!flags.allreduce.empty()) {
     axes.push_back(train::parse_sweep_axis("parallel.allreduce=" + flags.allreduce));
   }
+  if (!flags.modes.empty()) {
+    axes.push_back(train::parse_sweep_axis(std::string(train::kModeAxis) + "=" + flags.modes));
+  }
   for (const auto& axis : flags.grid) axes.push_back(train::parse_sweep_axis(axis));
   if (axes.empty()) {
-    throw ConfigError("dtrain sweep needs at least one axis: --workers, --allreduce or --grid");
+    throw ConfigError(
+        "dtrain sweep needs at least one axis: --workers, --allreduce, --modes or --grid");
   }
   const std::string out = flags.out.empty() ? default_out_dir(flags.config, "sweep-") : flags.out;
   fs::create_directories(out);
@@ -94,6 +110,11 @@ Command add_sweep_command(CLI::App& app) {
       ->type_name("N,N,...");
   sub->add_option("--allreduce", flags->allreduce, "axis: allreduce algorithms, e.g. ring,tree")
       ->type_name("ALG,ALG,...");
+  sub->add_option("--modes", flags->modes,
+                  "axis: ways of training, e.g. allreduce,sync,backup=1,async,ssp=3");
+  sub->add_option("--straggler", flags->straggler,
+                  "for every run: rank=R,slowdown=S or random=exp|pareto,mean_ms=M")
+      ->type_name("SPEC");
   sub->add_option("--grid,-g", flags->grid, "axis: any config key and its values (repeatable)")
       ->type_name("KEY=V1,V2,...");
   sub->add_option("--epochs", flags->epochs, "shortcut for --set train.epochs=N")

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# End-to-end parameter servers: `dtrain train --strategy ps` as threads with bsp (the same final
+# loss as allreduce training), async and ssp (staleness histograms in summary.json, ssp within its
+# bound), a backup worker under a straggler, the same under `mpirun -np 3` (2 worker processes, 1
+# server process), and configuration mistakes named with exit code 2.
+# Usage: bash ps_e2e_test.sh /path/to/dtrain   (run by ctest as apps.ps_e2e_test)
+set -euo pipefail
+DTRAIN=$(realpath "$1")
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+cd "$ROOT"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+export DTRAIN_COMM_TIMEOUT_MS=20000
+CONFIG=examples/synthetic_quick.toml
+
+"$DTRAIN" train --config $CONFIG --quiet --workers 2 --out "$TMP/allreduce"
+"$DTRAIN" train --config $CONFIG --quiet --workers 2 --strategy ps --servers 2 --out "$TMP/bsp"
+"$DTRAIN" train --config $CONFIG --quiet --workers 3 --strategy ps --consistency async \
+  --set optim.momentum=0.5 --out "$TMP/async"
+"$DTRAIN" train --config $CONFIG --quiet --workers 3 --strategy ps --consistency ssp --staleness 2 \
+  --set optim.momentum=0.5 --straggler rank=1,slowdown=3 --out "$TMP/ssp"
+"$DTRAIN" train --config $CONFIG --quiet --workers 3 --strategy ps --backup-workers 1 \
+  --straggler rank=2,slowdown=4 --out "$TMP/backup"
+python3 - "$TMP" <<'PY' || fail "parameter-server runs"
+import json, sys
+runs = {name: json.load(open(f"{sys.argv[1]}/{name}/summary.json"))
+        for name in ("allreduce", "bsp", "async", "ssp", "backup")}
+ar, bsp = runs["allreduce"], runs["bsp"]
+assert abs(bsp["final_train_loss"] - ar["final_train_loss"]) <= 1e-4 * max(1, ar["final_train_loss"]), (bsp["final_train_loss"], ar["final_train_loss"])
+assert bsp["parallel"]["strategy"] == "ps" and bsp["parallel"]["servers"] == 2
+for name in ("async", "ssp"):
+    p = runs[name]["parallel"]
+    assert p["consistency"] == name and sum(p["staleness_histogram"]) > 0, p
+    assert runs[name]["final_test_accuracy"] > 0.5, runs[name]["final_test_accuracy"]
+assert runs["ssp"]["parallel"]["max_staleness"] <= 2, runs["ssp"]["parallel"]["max_staleness"]
+b = runs["backup"]["parallel"]
+assert b["backup_workers"] == 1 and b["gradients_dropped"] > 0, b
+PY
+echo "ok: bsp follows allreduce; async and ssp train and report staleness; a backup worker drops late gradients"
+
+if command -v mpirun > /dev/null; then
+  MPIRUN=(mpirun --oversubscribe)
+  [[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
+  timeout 120 "${MPIRUN[@]}" -np 3 "$DTRAIN" train --config $CONFIG --quiet --strategy ps \
+    --out "$TMP/mpi_bsp" || fail "mpirun -np 3 --strategy ps failed"
+  timeout 120 "${MPIRUN[@]}" -np 3 "$DTRAIN" train --config $CONFIG --quiet --strategy ps \
+    --consistency async --set optim.momentum=0.5 --out "$TMP/mpi_async" || fail "mpirun async failed"
+  python3 - "$TMP" <<'PY' || fail "mpirun parameter-server runs"
+import json, sys
+ar = json.load(open(f"{sys.argv[1]}/allreduce/summary.json"))
+bsp = json.load(open(f"{sys.argv[1]}/mpi_bsp/summary.json"))
+asy = json.load(open(f"{sys.argv[1]}/mpi_async/summary.json"))
+assert bsp["parallel"]["workers"] == 2 and bsp["parallel"]["servers"] == 1, bsp["parallel"]
+assert abs(bsp["final_train_loss"] - ar["final_train_loss"]) <= 1e-4 * max(1, ar["final_train_loss"])
+assert asy["parallel"]["consistency"] == "async" and asy["final_test_accuracy"] > 0.5
+PY
+  echo "ok: mpirun -np 3 runs 2 workers and 1 server (bsp follows allreduce; async trains)"
+fi
+
+expect_error() {  # expect_error PATTERN ARGS...: exit code 2 and PATTERN on stderr
+  local pattern=$1
+  shift
+  set +e
+  "$DTRAIN" train --config $CONFIG --quiet --out "$TMP/bad" "$@" 2> "$TMP/err"
+  local rc=$?
+  set -e
+  [[ $rc -eq 2 ]] || { cat "$TMP/err" >&2; fail "'$*' exited $rc, expected 2"; }
+  grep -q -- "$pattern" "$TMP/err" || { cat "$TMP/err" >&2; fail "'$*' should say '$pattern'"; }
+  rm -rf "$TMP/bad"
+}
+expect_error "needs parallel.strategy = \"ps\"" --workers 3 --backup-workers 1
+expect_error "must be below parallel.workers" --workers 2 --strategy ps --backup-workers 2
+expect_error "needs parallel.consistency = \"async\"" --workers 2 --strategy ps --pull-every 3
+expect_error "consistency" --workers 2 --strategy ps --consistency eventual
+echo "ok: configuration mistakes are named"

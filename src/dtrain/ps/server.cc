@@ -267,10 +267,10 @@ void Server::push(int w, const RequestHeader& header, const float* values) {
       return;
     }
     if (header.clock > step || worker.pushed_this_step) {
-      fail(fmt::format("ps server {}: worker {} (rank {}) pushed step {} {} while the server is at "
+      fail(fmt::format("ps server {}: worker {} (rank {}) pushed step {}{} while the server is at "
                        "step {} (bsp): the workers are out of step",
                        index_, w, worker.rank, header.clock,
-                       worker.pushed_this_step ? "a second time" : "", step));
+                       worker.pushed_this_step ? " a second time" : "", step));
     }
     if (step_contributions_ == 0) {
       std::copy_n(values, n, step_sum_.begin());

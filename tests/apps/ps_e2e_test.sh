@@ -2,7 +2,8 @@
 # End-to-end parameter servers: `dtrain train --strategy ps` as threads with bsp (the same final
 # loss as allreduce training), async and ssp (staleness histograms in summary.json, ssp within its
 # bound), a backup worker under a straggler, the same under `mpirun -np 3` (2 worker processes, 1
-# server process), and configuration mistakes named with exit code 2.
+# server process) and `mpirun -np 2 --colocate-servers` (each rank both worker and server), and
+# configuration mistakes named with exit code 2.
 # Usage: bash ps_e2e_test.sh /path/to/dtrain   (run by ctest as apps.ps_e2e_test)
 set -euo pipefail
 DTRAIN=$(realpath "$1")
@@ -47,6 +48,8 @@ if command -v mpirun > /dev/null; then
     --out "$TMP/mpi_bsp" || fail "mpirun -np 3 --strategy ps failed"
   timeout 120 "${MPIRUN[@]}" -np 3 "$DTRAIN" train --config $CONFIG --quiet --strategy ps \
     --consistency async --set optim.momentum=0.5 --out "$TMP/mpi_async" || fail "mpirun async failed"
+  timeout 120 "${MPIRUN[@]}" -np 2 "$DTRAIN" train --config $CONFIG --quiet --strategy ps \
+    --colocate-servers --servers 2 --out "$TMP/mpi_colocated" || fail "mpirun --colocate-servers failed"
   python3 - "$TMP" <<'PY' || fail "mpirun parameter-server runs"
 import json, sys
 ar = json.load(open(f"{sys.argv[1]}/allreduce/summary.json"))
@@ -55,8 +58,12 @@ asy = json.load(open(f"{sys.argv[1]}/mpi_async/summary.json"))
 assert bsp["parallel"]["workers"] == 2 and bsp["parallel"]["servers"] == 1, bsp["parallel"]
 assert abs(bsp["final_train_loss"] - ar["final_train_loss"]) <= 1e-4 * max(1, ar["final_train_loss"])
 assert asy["parallel"]["consistency"] == "async" and asy["final_test_accuracy"] > 0.5
+co = json.load(open(f"{sys.argv[1]}/mpi_colocated/summary.json"))
+assert co["parallel"]["workers"] == 2 and co["parallel"]["servers"] == 2, co["parallel"]
+assert abs(co["final_train_loss"] - ar["final_train_loss"]) <= 1e-4 * max(1, ar["final_train_loss"])
 PY
-  echo "ok: mpirun -np 3 runs 2 workers and 1 server (bsp follows allreduce; async trains)"
+  echo "ok: mpirun -np 3 runs 2 workers and 1 server (bsp follows allreduce; async trains);"
+  echo "    mpirun -np 2 --colocate-servers: 2 ranks that are both worker and server"
 fi
 
 expect_error() {  # expect_error PATTERN ARGS...: exit code 2 and PATTERN on stderr
@@ -74,4 +81,5 @@ expect_error "needs parallel.strategy = \"ps\"" --workers 3 --backup-workers 1
 expect_error "must be below parallel.workers" --workers 2 --strategy ps --backup-workers 2
 expect_error "needs parallel.consistency = \"async\"" --workers 2 --strategy ps --pull-every 3
 expect_error "consistency" --workers 2 --strategy ps --consistency eventual
+expect_error "cannot each live on a worker" --workers 1 --strategy ps --colocate-servers --servers 2
 echo "ok: configuration mistakes are named"

@@ -77,6 +77,22 @@ TEST(ParameterServer, BspAppliesTheSumOfEveryWorkersGradientOncePerStep) {
   }
 }
 
+TEST(ParameterServer, ARankCanBeWorkerAndServer) {
+  constexpr int kWorkers = 3;
+  constexpr std::int64_t kKeys = 11;
+  const auto run = run_ps(
+      kWorkers, 2, kKeys, sgd_options(Consistency::kBsp, kKeys),
+      [&](Client& client, int worker) {
+        const auto grads = gradient_of(worker, kWorkers, kKeys);
+        std::vector<float> params(kKeys);
+        for (int step = 0; step < 3; ++step) client.push(grads.data(), {step, 1, 3, 1.0}, params.data());
+        for (const float p : params) EXPECT_FLOAT_EQ(p, -3.0f * 2.0f);
+        client.stop();
+      },
+      /*colocated=*/true);
+  for (const auto& stats : run.stats) EXPECT_EQ(stats.version, 3);
+}
+
 TEST(ParameterServer, BackupWorkerLetsStepsCompleteWithoutTheLateOneAndDropsItsGradients) {
   constexpr int kWorkers = 3;
   constexpr std::int64_t kKeys = 5;

@@ -88,15 +88,17 @@ class ParameterServerTrainingTest : public ::testing::Test {
   }
 
   // Every worker's parameters after `workers` workers and `servers` servers train `config`.
-  std::vector<std::vector<float>> parameter_servers(Config config, int workers, int servers) {
+  std::vector<std::vector<float>> parameter_servers(Config config, int workers, int servers,
+                                                    bool colocate = false) {
     config.parallel.strategy = "ps";
     config.parallel.workers = workers;
     config.parallel.servers = servers;
+    config.parallel.colocate_servers = colocate;
     const std::string run_dir = dir("ps");
     const auto data = std::make_shared<const RunData>(load_run_data(config.data));
     std::vector<std::vector<float>> params(static_cast<std::size_t>(workers));
     comm::spawn_ranks(
-        workers + servers,
+        ps_thread_ranks(config),
         [&](comm::Communicator& comm) {
           ScopedComputePool pool(1);
           TrainerOptions options{run_dir, false, true, stderr, nullptr, nullptr};
@@ -147,6 +149,14 @@ TEST_F(ParameterServerTrainingTest, BspFollowsTheAllreduceTrajectory) {
         }
       }
     }
+  }
+}
+
+TEST_F(ParameterServerTrainingTest, ColocatedServersFollowTheAllreduceTrajectoryToo) {
+  const Config config = mlp_config();
+  const std::vector<float> reference = allreduce(config, 3);
+  for (const auto& worker : parameter_servers(config, 3, 2, /*colocate=*/true)) {
+    EXPECT_LT(relative_difference(worker, reference), 1e-5);
   }
 }
 

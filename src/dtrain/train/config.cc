@@ -249,6 +249,9 @@ std::vector<Field> fields(Config& c) {
        "injected slowness: rank=R,slowdown=S or random=exp|pareto,mean_ms=M (\"\" = none)"},
       {"parallel", "servers", &p.servers,
        "strategy ps: parameter-server ranks (besides parallel.workers workers)", 1, 1024},
+      {"parallel", "colocate_servers", &p.colocate_servers,
+       "strategy ps: run the servers on a second thread of workers 0 .. servers-1 instead of on "
+       "ranks of their own"},
       {"parallel",
        "consistency",
        &p.consistency,

@@ -118,6 +118,7 @@ struct ParallelSection {
   bool check_headers = true;            // per-bucket argument check across ranks
   // strategy = "ps": parameter servers (docs/PS.md).
   std::int64_t servers = 1;             // server ranks, besides the workers
+  bool colocate_servers = false;        // servers on a second thread of workers 0 .. servers-1
   std::string consistency = "bsp";      // bsp | async | ssp
   std::int64_t staleness = 3;           // ssp: how many steps a worker may run ahead
   std::int64_t pull_every = 1;          // async: pull parameters every this many steps

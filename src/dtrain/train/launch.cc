@@ -90,7 +90,7 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
   if (comm::launched_by_mpirun()) return run_under_mpi(config, options);
   const bool ps = config.parallel.strategy == "ps";
   const int workers = ps ? ps_thread_ranks(config) : static_cast<int>(config.parallel.workers);
-  if (workers == 1) {
+  if (workers == 1 && !ps) {
     Trainer trainer(config, options);
     return trainer.run();
   }

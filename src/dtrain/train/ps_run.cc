@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <exception>
+#include <thread>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/log.h"
 #include "dtrain/nn/model_zoo.h"
 #include "dtrain/ps/client.h"
 #include "dtrain/ps/server.h"
@@ -23,7 +26,8 @@ nlohmann::json histogram_json(const std::vector<std::int64_t>& bins) {
 }  // namespace
 
 int ps_thread_ranks(const Config& config) {
-  return static_cast<int>(config.parallel.workers + config.parallel.servers);
+  const auto& p = config.parallel;
+  return static_cast<int>(p.colocate_servers ? p.workers : p.workers + p.servers);
 }
 
 std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& config,
@@ -31,12 +35,14 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
                                       const std::shared_ptr<const RunData>& data,
                                       const std::function<void(Trainer&)>& after_run) {
   const auto servers = static_cast<int>(config.parallel.servers);
-  const int workers = comm.size() - servers;
-  if (workers < 1) {
+  const bool colocate = config.parallel.colocate_servers;
+  const int workers = colocate ? comm.size() : comm.size() - servers;
+  if (workers < 1 || (colocate && servers > workers)) {
     throw ConfigError(fmt::format(
-        "parallel.servers = {} leaves no workers among the job's {} ranks; start more ranks (mpirun "
-        "-np) or use fewer servers",
-        servers, comm.size()));
+        "parallel.servers = {} {} the job's {} ranks; start more ranks (mpirun -np) or use fewer "
+        "servers",
+        servers, colocate ? "cannot each live on a worker among" : "leaves no workers among",
+        comm.size()));
   }
   if (options.resume) {
     throw ConfigError(fmt::format(
@@ -44,7 +50,10 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
         "the servers); start a new run with --config {}/resolved.toml",
         options.run_dir, options.run_dir));
   }
-  const bool is_worker = comm.rank() < workers;
+  const bool is_worker = colocate || comm.rank() < workers;
+  // The server this rank hosts (-1: none): ranks W .. R-1, or colocated workers 0 .. S-1.
+  const int server_index = colocate ? (comm.rank() < servers ? comm.rank() : -1)
+                                    : (is_worker ? -1 : comm.rank() - workers);
   // Both splits are collective over every rank, in the same order everywhere.
   std::unique_ptr<comm::Communicator> ps_comm = comm.split(0, comm.rank());
   std::unique_ptr<comm::Communicator> worker_comm =
@@ -55,12 +64,13 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
   const ps::ShardLayout layout(model->store().num_params(), servers);
   std::vector<int> worker_ranks;
   std::vector<int> server_ranks;
-  for (int r = 0; r < comm.size(); ++r) (r < workers ? worker_ranks : server_ranks).push_back(r);
+  for (int r = 0; r < workers; ++r) worker_ranks.push_back(r);
+  for (int s = 0; s < servers; ++s) server_ranks.push_back(colocate ? s : workers + s);
   const auto timeout = comm.options().timeout;
   const bool ticketed = config.parallel.consistency != "bsp";
 
-  if (!is_worker) {
-    const int index = comm.rank() - workers;
+  auto serve = [&, server_index] {
+    const int index = server_index;
     ps::ServerOptions server;
     server.consistency = ps::parse_consistency(config.parallel.consistency);
     server.staleness = config.parallel.staleness;
@@ -76,8 +86,31 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
     server.timeout = timeout;
     server.worker_timeout = timeout;
     ps::Server(ps_comm->transport(), index, layout, worker_ranks, std::move(server)).serve();
+  };
+  if (!is_worker) {
+    serve();
     return std::nullopt;
   }
+  // A colocated server runs beside this rank's worker, on a thread of its own; its error (a bsp
+  // deadline naming a worker) reaches the workers as replies first, and is rethrown here after.
+  std::exception_ptr server_error;
+  std::thread server_thread;
+  if (server_index >= 0) {
+    server_thread = std::thread([&, rank = comm.rank(), size = comm.size()] {
+      log::set_rank(rank, size);
+      try {
+        serve();
+      } catch (...) {
+        server_error = std::current_exception();
+      }
+    });
+  }
+  struct Joiner {
+    std::thread& thread;
+    ~Joiner() {
+      if (thread.joinable()) thread.join();
+    }
+  } joiner{server_thread};
   // Workers wait longer than servers: a server's verdict naming a missing worker arrives first.
   ps::Client client(ps_comm->transport(), layout, server_ranks, workers,
                     2 * timeout + std::chrono::seconds(5));
@@ -88,6 +121,8 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
   Trainer trainer(config, worker);
   RunSummary summary = trainer.run();
   if (after_run) after_run(trainer);
+  if (server_thread.joinable()) server_thread.join();
+  if (server_error) std::rethrow_exception(server_error);
   if (comm.rank() != 0) return std::nullopt;
   return summary;
 }

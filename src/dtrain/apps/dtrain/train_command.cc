@@ -32,6 +32,7 @@ struct TrainFlags {
   bool sync_bn = false;
   std::string straggler;
   std::int64_t servers = 0;
+  bool colocate_servers = false;
   std::string consistency;
   std::int64_t staleness = -1;
   std::int64_t pull_every = 0;
@@ -68,7 +69,8 @@ Parameter servers (--strategy ps, docs/PS.md): --servers ranks hold the paramete
 balanced by size, and apply the optimizer; --workers ranks compute gradients. --consistency bsp
 is synchronous (the same update as allreduce), async applies each gradient as it arrives (workers
 pull every --pull-every steps), ssp lets a worker run at most --staleness steps ahead of the
-slowest. Under mpirun the job's last --servers ranks serve.
+slowest. Under mpirun the job's last --servers ranks serve; --colocate-servers puts the servers on
+the first workers instead (a rank is then both).
 
 Outputs (in --out, default runs/<config name>-<YYYYmmdd-HHMMSS>):
   resolved.toml            the full configuration, defaults included (re-run with --config)
@@ -100,6 +102,7 @@ int run_train(const TrainFlags& flags) {
     overrides.push_back(fmt::format("parallel.straggler=\"{}\"", flags.straggler));
   }
   if (flags.servers > 0) overrides.push_back(fmt::format("parallel.servers={}", flags.servers));
+  if (flags.colocate_servers) overrides.push_back("parallel.colocate_servers=true");
   if (!flags.consistency.empty()) {
     overrides.push_back(fmt::format("parallel.consistency=\"{}\"", flags.consistency));
   }
@@ -185,6 +188,9 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--servers", flags->servers,
                   "--strategy ps: parameter-server ranks (parallel.servers)")
       ->check(CLI::PositiveNumber);
+  sub->add_flag("--colocate-servers", flags->colocate_servers,
+                "--strategy ps: run the servers on workers 0 .. S-1 (a second thread each) instead "
+                "of on ranks of their own");
   sub->add_option("--consistency", flags->consistency,
                   "--strategy ps: bsp (synchronous), async (Downpour) or ssp (bounded staleness)");
   sub->add_option("--staleness", flags->staleness,

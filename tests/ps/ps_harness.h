@@ -14,8 +14,8 @@
 namespace dtrain::ps::testing {
 
 struct PsRun {
-  std::vector<ServerStats> stats;            // per server, after serve()
-  std::vector<std::vector<float>> shards;    // per server, its parameters at the end
+  std::vector<ServerStats> stats;          // per server, after serve()
+  std::vector<std::vector<float>> shards;  // per server, its parameters at the end
 };
 
 // `colocated`: servers run on a second thread of worker ranks 0 .. S-1 instead of on ranks of

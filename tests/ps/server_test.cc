@@ -53,17 +53,17 @@ TEST(ParameterServer, BspAppliesTheSumOfEveryWorkersGradientOncePerStep) {
   constexpr int kSteps = 4;
   constexpr double kLr = 0.5;
   std::vector<std::vector<float>> pulled(kWorkers, std::vector<float>(kKeys));
-  const auto run = run_ps(kWorkers, 2, kKeys, sgd_options(Consistency::kBsp, kKeys),
-                          [&](Client& client, int worker) {
-                            const auto grads = gradient_of(worker, kWorkers, kKeys);
-                            auto& params = pulled[static_cast<std::size_t>(worker)];
-                            for (int step = 0; step < kSteps; ++step) {
-                              const PushResult result =
-                                  client.push(grads.data(), {step, 1, kWorkers, kLr}, params.data());
-                              EXPECT_FALSE(result.dropped);
-                            }
-                            client.stop();
-                          });
+  const auto run = run_ps(
+      kWorkers, 2, kKeys, sgd_options(Consistency::kBsp, kKeys), [&](Client& client, int worker) {
+        const auto grads = gradient_of(worker, kWorkers, kKeys);
+        auto& params = pulled[static_cast<std::size_t>(worker)];
+        for (int step = 0; step < kSteps; ++step) {
+          const PushResult result =
+              client.push(grads.data(), {step, 1, kWorkers, kLr}, params.data());
+          EXPECT_FALSE(result.dropped);
+        }
+        client.stop();
+      });
   // Each step subtracts lr x (1 + 2 + 3) / 3 = 1.
   for (const auto& params : pulled) {
     for (const float p : params) EXPECT_FLOAT_EQ(p, -kSteps * kLr * 2.0);
@@ -85,7 +85,8 @@ TEST(ParameterServer, ARankCanBeWorkerAndServer) {
       [&](Client& client, int worker) {
         const auto grads = gradient_of(worker, kWorkers, kKeys);
         std::vector<float> params(kKeys);
-        for (int step = 0; step < 3; ++step) client.push(grads.data(), {step, 1, 3, 1.0}, params.data());
+        for (int step = 0; step < 3; ++step)
+          client.push(grads.data(), {step, 1, 3, 1.0}, params.data());
         for (const float p : params) EXPECT_FLOAT_EQ(p, -3.0f * 2.0f);
         client.stop();
       },
@@ -103,7 +104,8 @@ TEST(ParameterServer, BackupWorkerLetsStepsCompleteWithoutTheLateOneAndDropsItsG
   std::vector<int> dropped(kWorkers, 0);
   const auto run = run_ps(kWorkers, 2, kKeys, options, [&](Client& client, int worker) {
     // The slow worker's gradient is huge: applied even once, it would show.
-    const auto grads = worker == 2 ? std::vector<float>(kKeys, 1e6f) : gradient_of(worker, 3, kKeys);
+    const auto grads =
+        worker == 2 ? std::vector<float>(kKeys, 1e6f) : gradient_of(worker, 3, kKeys);
     std::vector<float> params(kKeys);
     for (int step = 0; step < kSteps; ++step) {
       if (worker == 2) std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -102,7 +102,8 @@ namespace dtrain::train {
 namespace {
 
 TEST(SweepModes, ExpandToTheirKeysAndRejectUnknownOnes) {
-  EXPECT_EQ(mode_overrides("allreduce"), (std::vector<std::string>{"parallel.strategy=\"allreduce\""}));
+  EXPECT_EQ(mode_overrides("allreduce"),
+            (std::vector<std::string>{"parallel.strategy=\"allreduce\""}));
   EXPECT_THAT(mode_overrides("backup=2"), ::testing::Contains("parallel.backup_workers=2"));
   EXPECT_THAT(mode_overrides("ssp=3"), ::testing::Contains("parallel.staleness=3"));
   EXPECT_THAT(mode_overrides("async/4"), ::testing::Contains("parallel.pull_every=4"));
@@ -126,8 +127,8 @@ TEST_F(SweepTest, ComparesTheWaysOfTrainingUnderOneStraggler) {
     EXPECT_GE(row.step_p99, row.step_median);
     EXPECT_GT(row.bytes_per_step, 0.0);
   }
-  const auto summary = nlohmann::json::parse(
-      std::ifstream(fs::path(result.rows[3].run_dir) / "summary.json"));
+  const auto summary =
+      nlohmann::json::parse(std::ifstream(fs::path(result.rows[3].run_dir) / "summary.json"));
   EXPECT_EQ(summary["parallel"]["consistency"], "async");
   EXPECT_THAT(sweep_table(result), HasSubstr("p99 ms"));
 }

@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <functional>
 #include <cstring>
 #include <exception>
+#include <functional>
 
 #include "dtrain/base/error.h"
 #include "dtrain/comm/comm_error.h"
@@ -40,9 +40,10 @@ Client::Client(comm::Transport& transport, ShardLayout layout, std::vector<int> 
       server_ranks_(std::move(server_ranks)),
       timeout_(timeout) {
   if (static_cast<int>(server_ranks_.size()) != layout_.servers()) {
-    throw ConfigError(fmt::format("parameter-server client: {} server ranks for a layout of {} "
-                                  "servers",
-                                  server_ranks_.size(), layout_.servers()));
+    throw ConfigError(
+        fmt::format("parameter-server client: {} server ranks for a layout of {} "
+                    "servers",
+                    server_ranks_.size(), layout_.servers()));
   }
   const auto servers = server_ranks_.size();
   requests_.resize(servers);
@@ -91,8 +92,8 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
                   n * sizeof(float));
       bytes += n * sizeof(float);
     }
-    receives.push_back(transport_.irecv(server_ranks_[s], kReplyTag, replies_[s].data(),
-                                        replies_[s].size()));
+    receives.push_back(
+        transport_.irecv(server_ranks_[s], kReplyTag, replies_[s].data(), replies_[s].size()));
     sends.push_back(transport_.isend(server_ranks_[s], kRequestTag, request.data(), bytes));
     bytes_sent_ += static_cast<std::int64_t>(bytes);
   }
@@ -110,16 +111,16 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
     std::memcpy(&header, replies_[s].data(), sizeof header);
     bytes_received_ += static_cast<std::int64_t>(
         sizeof header + static_cast<std::size_t>(header.count) *
-                            (op == Op::kStats ? sizeof(std::int64_t)
+                            (op == Op::kStats                  ? sizeof(std::int64_t)
                              : header.status == Status::kError ? 1
-                                                                : sizeof(float)));
+                                                               : sizeof(float)));
     const std::byte* payload = replies_[s].data() + sizeof header;
     if (header.status == Status::kError) {
-      throw comm::CommError(fmt::format(
-          "ps {} to server {} (rank {}) failed: {}", op_name(op), s, server_ranks_[s],
-          std::string(reinterpret_cast<const char*>(payload),
-                      static_cast<std::size_t>(std::min<std::int64_t>(
-                          header.count, static_cast<std::int64_t>(kErrorTextBytes))))));
+      throw comm::CommError(
+          fmt::format("ps {} to server {} (rank {}) failed: {}", op_name(op), s, server_ranks_[s],
+                      std::string(reinterpret_cast<const char*>(payload),
+                                  static_cast<std::size_t>(std::min<std::int64_t>(
+                                      header.count, static_cast<std::int64_t>(kErrorTextBytes))))));
     }
     if (receive != nullptr && header.count > 0) {
       DTRAIN_CHECK_EQ(header.count, pieces[i].range.size());
@@ -143,7 +144,8 @@ PushResult Client::push(const float* grads, const PushInfo& info, float* params)
   base.lr = info.lr;
   const KeyRange all{0, layout_.total()};
   PushResult result;
-  for (const ReplyHeader& header : exchange(Op::kPush, layout_.split(all), all, grads, params, base)) {
+  for (const ReplyHeader& header :
+       exchange(Op::kPush, layout_.split(all), all, grads, params, base)) {
     result.dropped = result.dropped || header.status == Status::kDropped;
   }
   return result;
@@ -186,9 +188,9 @@ std::vector<ServerStats> Client::stop_with_stats() {
   std::vector<ServerStats> out;
   const auto headers = exchange(Op::kStats, all_servers(), {}, nullptr, nullptr, {});
   for (std::size_t s = 0; s < headers.size(); ++s) {
-    const auto* values = reinterpret_cast<const std::int64_t*>(replies_[s].data() + sizeof(ReplyHeader));
-    out.push_back(
-        ServerStats::decode({values, static_cast<std::size_t>(headers[s].count)}));
+    const auto* values =
+        reinterpret_cast<const std::int64_t*>(replies_[s].data() + sizeof(ReplyHeader));
+    out.push_back(ServerStats::decode({values, static_cast<std::size_t>(headers[s].count)}));
   }
   return out;
 }

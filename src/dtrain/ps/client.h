@@ -45,7 +45,8 @@ class Client {
   // `transport`: the parameter-server communicator's; `server_ranks[s]`: server s's rank on it;
   // `workers`: how many workers the servers serve (sizes the stats replies).
   Client(comm::Transport& transport, ShardLayout layout, std::vector<int> server_ranks,
-         std::int64_t workers, std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
+         std::int64_t workers,
+         std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -81,7 +82,7 @@ class Client {
   // One request to each server in `pieces`, then every reply (their headers, in piece order);
   // `send` / `receive` hold the floats of `range` (null: none).
   std::vector<ReplyHeader> exchange(Op op, const std::vector<ShardPiece>& pieces, KeyRange range,
-                               const float* send, float* receive, const RequestHeader& base);
+                                    const float* send, float* receive, const RequestHeader& base);
   std::vector<ShardPiece> all_servers() const;
   comm::Work submit(std::string what, std::function<void()> operation);
 

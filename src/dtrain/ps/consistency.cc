@@ -24,8 +24,8 @@ Consistency parse_consistency(std::string_view name) {
   if (name == "bsp") return Consistency::kBsp;
   if (name == "async") return Consistency::kAsync;
   if (name == "ssp") return Consistency::kSsp;
-  throw ConfigError(fmt::format("unknown parameter-server consistency \"{}\"; choose bsp, async or ssp",
-                                name));
+  throw ConfigError(
+      fmt::format("unknown parameter-server consistency \"{}\"; choose bsp, async or ssp", name));
 }
 
 }  // namespace dtrain::ps

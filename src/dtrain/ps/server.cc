@@ -98,8 +98,8 @@ Server::~Server() = default;
 
 void Server::serve() {
   const auto post = [&](Worker& worker) {
-    worker.receive = transport_.irecv(worker.rank, kRequestTag, worker.request.data(),
-                                      worker.request.size());
+    worker.receive =
+        transport_.irecv(worker.rank, kRequestTag, worker.request.data(), worker.request.size());
   };
   for (auto& worker : workers_) {
     worker.last_heard = Clock::now();
@@ -144,9 +144,10 @@ bool Server::receive_arrived(int w) {
     worker.receive.reset();
     if (worker.stopped) return false;
     if (options_.consistency == Consistency::kBsp && options_.backup_workers == 0) {
-      fail(fmt::format("ps server {}: worker {} (rank {}) is gone before the end of training ({}); "
-                       "bsp without backup workers cannot complete step {} without it",
-                       index_, w, worker.rank, e.what(), stats_.version));
+      fail(
+          fmt::format("ps server {}: worker {} (rank {}) is gone before the end of training ({}); "
+                      "bsp without backup workers cannot complete step {} without it",
+                      index_, w, worker.rank, e.what(), stats_.version));
     }
     mark_dead(w, "is gone");
     return false;
@@ -196,11 +197,12 @@ void Server::handle(int w) {
   const auto* values = reinterpret_cast<const float*>(worker.request.data() + sizeof header);
   const bool ranged = header.op == Op::kPush || header.op == Op::kPull || header.op == Op::kPut ||
                       header.op == Op::kGet || header.op == Op::kAdd;
-  if (ranged && (header.begin < shard_.begin || header.end < header.begin ||
-                 header.end > shard_.end)) {
-    fail(fmt::format("ps server {}: worker {} (rank {}) sent keys [{}, {}) outside this server's "
-                     "shard [{}, {}): the workers and servers disagree on the model",
-                     index_, w, worker.rank, header.begin, header.end, shard_.begin, shard_.end));
+  if (ranged &&
+      (header.begin < shard_.begin || header.end < header.begin || header.end > shard_.end)) {
+    fail(
+        fmt::format("ps server {}: worker {} (rank {}) sent keys [{}, {}) outside this server's "
+                    "shard [{}, {}): the workers and servers disagree on the model",
+                    index_, w, worker.rank, header.begin, header.end, shard_.begin, shard_.end));
   }
   float* keys = params_.data() + (header.begin - shard_.begin);
   const std::int64_t n = header.end - header.begin;
@@ -213,9 +215,7 @@ void Server::handle(int w) {
       for (std::int64_t i = 0; i < n; ++i) keys[i] += values[i];
       reply(w, Status::kOk);
       break;
-    case Op::kGet:
-      reply_params(w, Status::kOk, header, true);
-      break;
+    case Op::kGet: reply_params(w, Status::kOk, header, true); break;
     case Op::kPull:
       worker.clock = std::max(worker.clock, header.clock);
       if (pull_ready(header.clock)) {
@@ -252,9 +252,10 @@ void Server::handle(int w) {
 void Server::push(int w, const RequestHeader& header, const float* values) {
   Worker& worker = workers_[static_cast<std::size_t>(w)];
   if (header.begin != shard_.begin || header.end != shard_.end) {
-    fail(fmt::format("ps server {}: worker {} pushed keys [{}, {}), not the whole shard [{}, {}): "
-                     "a push updates whole shards",
-                     index_, w, header.begin, header.end, shard_.begin, shard_.end));
+    fail(
+        fmt::format("ps server {}: worker {} pushed keys [{}, {}), not the whole shard [{}, {}): "
+                    "a push updates whole shards",
+                    index_, w, header.begin, header.end, shard_.begin, shard_.end));
   }
   const bool want = (header.flags & kWantParams) != 0;
   const auto n = static_cast<std::size_t>(shard_.size());
@@ -267,10 +268,11 @@ void Server::push(int w, const RequestHeader& header, const float* values) {
       return;
     }
     if (header.clock > step || worker.pushed_this_step) {
-      fail(fmt::format("ps server {}: worker {} (rank {}) pushed step {}{} while the server is at "
-                       "step {} (bsp): the workers are out of step",
-                       index_, w, worker.rank, header.clock,
-                       worker.pushed_this_step ? " a second time" : "", step));
+      fail(
+          fmt::format("ps server {}: worker {} (rank {}) pushed step {}{} while the server is at "
+                      "step {} (bsp): the workers are out of step",
+                      index_, w, worker.rank, header.clock,
+                      worker.pushed_this_step ? " a second time" : "", step));
     }
     if (step_contributions_ == 0) {
       std::copy_n(values, n, step_sum_.begin());
@@ -313,8 +315,8 @@ void Server::complete_bsp_step() {
   // Gradients arrive scaled so that all of them sum to the batch's mean gradient; with some dropped
   // (backup workers), the sum covers step_samples_ of step_batch_samples_ samples.
   if (step_samples_ > 0 && step_batch_samples_ > 0 && step_samples_ != step_batch_samples_) {
-    const float scale =
-        static_cast<float>(static_cast<double>(step_batch_samples_) / static_cast<double>(step_samples_));
+    const float scale = static_cast<float>(static_cast<double>(step_batch_samples_) /
+                                           static_cast<double>(step_samples_));
     for (float& g : step_sum_) g *= scale;
   }
   optimizer_->step(params_.data(), step_sum_.data(), step_lr_);
@@ -333,8 +335,9 @@ void Server::complete_bsp_step() {
 }
 
 void Server::release_held() {
-  const bool all_done = std::all_of(workers_.begin(), workers_.end(),
-                                    [](const Worker& worker) { return worker.stopped || worker.dead; });
+  const bool all_done = std::all_of(workers_.begin(), workers_.end(), [](const Worker& worker) {
+    return worker.stopped || worker.dead;
+  });
   for (std::size_t w = 0; w < workers_.size(); ++w) {
     Worker& worker = workers_[w];
     if (worker.held == Worker::Held::kPull && pull_ready(worker.held_header.clock)) {
@@ -358,17 +361,19 @@ void Server::check_deadlines() {
         missing.push_back(fmt::format("{} (rank {})", w, workers_[w].rank));
       }
     }
-    fail(fmt::format("ps server {}: bsp step {} waited {:.1f} s for the gradients of worker(s) {}; "
-                     "{} of {} arrived: a worker died or is stuck (raise "
-                     "parallel.comm_timeout_seconds if it is only slow)",
-                     index_, stats_.version, seconds_since(step_opened_),
-                     fmt::join(missing, ", "), step_contributions_, workers_.size()));
+    fail(
+        fmt::format("ps server {}: bsp step {} waited {:.1f} s for the gradients of worker(s) {}; "
+                    "{} of {} arrived: a worker died or is stuck (raise "
+                    "parallel.comm_timeout_seconds if it is only slow)",
+                    index_, stats_.version, seconds_since(step_opened_), fmt::join(missing, ", "),
+                    step_contributions_, workers_.size()));
   }
   for (std::size_t w = 0; w < workers_.size(); ++w) {
     Worker& worker = workers_[w];
     if (worker.stopped || worker.dead || worker.held != Worker::Held::kNone) continue;
     if (Clock::now() - worker.last_heard < options_.worker_timeout) continue;
-    mark_dead(static_cast<int>(w), fmt::format("silent for {:.1f} s", seconds_since(worker.last_heard)));
+    mark_dead(static_cast<int>(w),
+              fmt::format("silent for {:.1f} s", seconds_since(worker.last_heard)));
   }
 }
 
@@ -387,7 +392,8 @@ void Server::reply(int w, Status status, std::int64_t value, const void* payload
   DTRAIN_CHECK(sizeof header + bytes <= worker.reply.size(), "reply of {} bytes", bytes);
   std::memcpy(worker.reply.data(), &header, sizeof header);
   if (bytes > 0) std::memcpy(worker.reply.data() + sizeof header, payload, bytes);
-  worker.send = transport_.isend(worker.rank, kReplyTag, worker.reply.data(), sizeof header + bytes);
+  worker.send =
+      transport_.isend(worker.rank, kReplyTag, worker.reply.data(), sizeof header + bytes);
 }
 
 void Server::reply_params(int w, Status status, const RequestHeader& header, bool with_params) {

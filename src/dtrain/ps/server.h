@@ -14,8 +14,8 @@
 // Failures: a bsp step that waits longer than `timeout` for its gradients fails with an error
 // naming the workers (and ranks) that did not push, sent to every waiting worker before serve()
 // throws it (so workers should wait longer than servers: the verdict then reaches them before their
-// own deadlines). In async and ssp a worker silent for `worker_timeout` while not waiting on the server
-// is counted as dead and left out: the others go on (ssp stops waiting for it).
+// own deadlines). In async and ssp a worker silent for `worker_timeout` while not waiting on the
+// server is counted as dead and left out: the others go on (ssp stops waiting for it).
 #pragma once
 
 #include <chrono>

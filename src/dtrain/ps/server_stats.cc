@@ -21,8 +21,8 @@ std::int64_t ServerStats::encoded_size(std::int64_t workers) {
 }
 
 std::vector<std::int64_t> ServerStats::encode() const {
-  std::vector<std::int64_t> out{version, applied, dropped, max_staleness, max_update_lag,
-                                kHistogramBins};
+  std::vector<std::int64_t> out{version,       applied,        dropped,
+                                max_staleness, max_update_lag, kHistogramBins};
   out.insert(out.end(), staleness.begin(), staleness.end());
   out.insert(out.end(), update_lag.begin(), update_lag.end());
   out.push_back(static_cast<std::int64_t>(pushes.size()));

@@ -117,12 +117,12 @@ struct ParallelSection {
   std::string straggler;                // injected slowness (train/straggler.h); "" = none
   bool check_headers = true;            // per-bucket argument check across ranks
   // strategy = "ps": parameter servers (docs/PS.md).
-  std::int64_t servers = 1;             // server ranks, besides the workers
-  bool colocate_servers = false;        // servers on a second thread of workers 0 .. servers-1
-  std::string consistency = "bsp";      // bsp | async | ssp
-  std::int64_t staleness = 3;           // ssp: how many steps a worker may run ahead
-  std::int64_t pull_every = 1;          // async: pull parameters every this many steps
-  std::int64_t backup_workers = 0;      // bsp: a step uses the first workers - b gradients
+  std::int64_t servers = 1;         // server ranks, besides the workers
+  bool colocate_servers = false;    // servers on a second thread of workers 0 .. servers-1
+  std::string consistency = "bsp";  // bsp | async | ssp
+  std::int64_t staleness = 3;       // ssp: how many steps a worker may run ahead
+  std::int64_t pull_every = 1;      // async: pull parameters every this many steps
+  std::int64_t backup_workers = 0;  // bsp: a step uses the first workers - b gradients
   bool operator==(const ParallelSection&) const = default;
 };
 

@@ -1,7 +1,8 @@
 // Starts a training run on the ranks its config asks for: one Trainer per rank.
 //
-//   parallel.strategy = "hogwild"          lock-free threads on one parameter vector (hogwild_run.h)
-//   parallel.strategy = "ps"               workers and parameter servers (ps_run.h): as threads
+//   parallel.strategy = "hogwild"          lock-free threads on one parameter vector
+//   (hogwild_run.h) parallel.strategy = "ps"               workers and parameter servers
+//   (ps_run.h): as threads
 //                                          parallel.workers + parallel.servers ranks; under mpirun
 //                                          the job's last parallel.servers ranks serve
 //   started by mpirun / srun                W = parallel.workers ranks per process (mpi transport

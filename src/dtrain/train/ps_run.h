@@ -14,10 +14,9 @@
 
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "dtrain/comm/communicator.h"
 #include "dtrain/ps/server_stats.h"

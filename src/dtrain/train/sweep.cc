@@ -48,8 +48,8 @@ int ranks_of(const Config& config) {
 std::int64_t mode_count(const std::string& mode, std::size_t at) {
   const std::string digits = mode.substr(at);
   if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) {
-    throw ConfigError(fmt::format("sweep mode '{}' needs a count after '{}'", mode,
-                                  mode.substr(0, at)));
+    throw ConfigError(
+        fmt::format("sweep mode '{}' needs a count after '{}'", mode, mode.substr(0, at)));
   }
   return std::stoll(digits);
 }
@@ -179,7 +179,8 @@ std::string sweep_table(const SweepResult& result) {
   header += fmt::format("{:>6} {:>9} {:>11} {:>8} {:>6}", "ranks", "s/epoch", "samples/s",
                         "speedup", "eff");
   for (const auto& target : targets) header += fmt::format(" {:>8}", "tta " + target);
-  header += fmt::format(" {:>8} {:>8} {:>12} {:>8}\n", "step ms", "p99 ms", "bytes/step", "test acc");
+  header +=
+      fmt::format(" {:>8} {:>8} {:>12} {:>8}\n", "step ms", "p99 ms", "bytes/step", "test acc");
   std::string text = header;
   for (const auto& row : result.rows) {
     for (const auto& value : row.point) text += fmt::format("{:>18} ", value);

@@ -33,8 +33,8 @@ constexpr double kNotReached = -1.0;
 // The q-quantile (nearest rank) of `values`; 0 for none.
 double percentile(std::vector<double> values, double q) {
   if (values.empty()) return 0.0;
-  const auto rank = static_cast<std::size_t>(
-      std::ceil(q * static_cast<double>(values.size())) - 1.0);
+  const auto rank =
+      static_cast<std::size_t>(std::ceil(q * static_cast<double>(values.size())) - 1.0);
   const auto at = values.begin() + static_cast<std::ptrdiff_t>(std::min(rank, values.size() - 1));
   std::nth_element(values.begin(), at, values.end());
   return *at;
@@ -481,8 +481,9 @@ RunSummary Trainer::run() {
         "parameter servers: {} workers, {} servers, consistency {}{}{}{}", world_,
         options_.ps->layout().servers(), p.consistency,
         p.consistency == "ssp" ? fmt::format(" (staleness <= {})", p.staleness) : "",
-        p.consistency == "async" && p.pull_every > 1 ? fmt::format(", pull every {} steps", p.pull_every)
-                                                      : "",
+        p.consistency == "async" && p.pull_every > 1
+            ? fmt::format(", pull every {} steps", p.pull_every)
+            : "",
         p.backup_workers > 0 ? fmt::format(", {} backup worker(s)", p.backup_workers) : ""));
   }
   if (sync_) {
@@ -637,10 +638,10 @@ RunSummary Trainer::run() {
       if (pos >= n || step_in_epoch >= steps_per_epoch_) return std::nullopt;
       const std::int64_t count = std::min(batch, n - pos);
       // The global batch [pos, pos + count) split over the ranks: [pos + count r / P, ...).
-      const Share share{pos + count * rank_ / world_,
-                        pos + count * (rank_ + 1) / world_ - (pos + count * rank_ / world_), count};
+      const std::int64_t begin = pos + count * rank_ / world_;
+      const std::int64_t end = pos + count * (rank_ + 1) / world_;
       pos += batch;
-      return share;
+      return Share{begin, end - begin, count};
     };
     while (const std::optional<Share> next = next_share()) {
       const std::int64_t count = next->batch;
@@ -723,17 +724,16 @@ RunSummary Trainer::run() {
       epoch_seen = epoch_totals.samples;
     }
     last_train_loss = epoch_sums[0] / std::max(epoch_seen, 1.0);
-    const EpochRecord record{
-        epoch + 1,
-        global_step,
-        last_train_loss,
-        epoch_sums[1] / std::max(epoch_seen, 1.0),
-        last_eval.loss,
-        last_eval.accuracy,
-        static_cast<double>(epoch_samples) / std::max(epoch_seconds, 1e-9),
-        epoch_seconds,
-        train_seconds,
-        elapsed()};
+    const EpochRecord record{epoch + 1,
+                             global_step,
+                             last_train_loss,
+                             epoch_sums[1] / std::max(epoch_seen, 1.0),
+                             last_eval.loss,
+                             last_eval.accuracy,
+                             static_cast<double>(epoch_samples) / std::max(epoch_seconds, 1e-9),
+                             epoch_seconds,
+                             train_seconds,
+                             elapsed()};
     run_totals.samples += epoch_totals.samples;
     run_totals.seconds += epoch_totals.seconds;
     run_totals.waiting += epoch_totals.waiting;

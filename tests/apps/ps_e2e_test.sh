@@ -78,7 +78,7 @@ expect_error() {  # expect_error PATTERN ARGS...: exit code 2 and PATTERN on std
   rm -rf "$TMP/bad"
 }
 expect_error "needs parallel.strategy = \"ps\"" --workers 3 --backup-workers 1
-expect_error "must be below parallel.workers" --workers 2 --strategy ps --backup-workers 2
+expect_error "must be below the 2 workers" --workers 2 --strategy ps --backup-workers 2
 expect_error "needs parallel.consistency = \"async\"" --workers 2 --strategy ps --pull-every 3
 expect_error "consistency" --workers 2 --strategy ps --consistency eventual
 expect_error "cannot each live on a worker" --workers 1 --strategy ps --colocate-servers --servers 2

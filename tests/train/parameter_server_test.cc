@@ -234,9 +234,12 @@ TEST_F(ParameterServerTrainingTest, ConfigMistakesAreNamed) {
   EXPECT_THAT([&] { validate(config); },
               ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("--strategy ps")));
   config.parallel.strategy = "ps";
-  config.parallel.backup_workers = 3;
-  EXPECT_THAT([&] { validate(config); },
-              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("must be below")));
+  config.parallel.backup_workers = 3;  // the launcher knows the workers (mpirun): it checks
+  EXPECT_THAT(
+      [&] {
+        run_training(config, TrainerOptions{dir("bad"), false, true, stderr, nullptr, nullptr});
+      },
+      ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("must be below the 3 workers")));
   config.parallel.backup_workers = 0;
   config.parallel.pull_every = 4;
   EXPECT_THAT([&] { validate(config); },

@@ -56,8 +56,8 @@ Server::Server(comm::Transport& transport, int index, ShardLayout layout,
   if (options_.consistency == Consistency::kBsp &&
       (options_.backup_workers < 0 || options_.backup_workers >= workers)) {
     throw ConfigError(fmt::format(
-        "{} backup workers of {} workers: a bsp step needs at least one gradient; choose "
-        "0 <= backup workers < workers",
+        "parallel.backup_workers = {} must be below the {} workers: a bsp step needs at least "
+        "one gradient",
         options_.backup_workers, workers));
   }
   if (options_.optimizer.name == "lars") {

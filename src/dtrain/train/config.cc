@@ -615,12 +615,6 @@ void validate_impl(const Config& config, const Origins& origins) {
         "rank out (docs/PS.md, \"Backup workers\"); pass --strategy ps",
         par.backup_workers, where("parallel.backup_workers"), par.strategy, par.consistency));
   }
-  if (par.strategy == "ps" && par.backup_workers >= par.workers) {
-    throw ConfigError(fmt::format(
-        "config key 'parallel.backup_workers' = {} ({}) must be below parallel.workers = {}: a "
-        "step needs at least one gradient",
-        par.backup_workers, where("parallel.backup_workers"), par.workers));
-  }
   if (par.pull_every > 1 && par.consistency != "async") {
     throw ConfigError(fmt::format(
         "config key 'parallel.pull_every' = {} ({}) needs parallel.consistency = \"async\": bsp "

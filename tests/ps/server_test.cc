@@ -47,6 +47,19 @@ std::vector<float> gradient_of(int worker, int workers, std::int64_t keys, float
                             scale * static_cast<float>(worker + 1) / static_cast<float>(workers));
 }
 
+TEST(ParameterServer, PushesWholeShardsAndRefusesToCutOne) {
+  constexpr std::int64_t kKeys = 10;  // shards [0, 5) and [5, 10)
+  std::vector<float> got(kKeys);
+  run_ps(1, 2, kKeys, sgd_options(Consistency::kAsync, kKeys), [&](Client& client, int) {
+    const std::vector<float> ones(kKeys, 1.0f);
+    client.push_async({5, 10}, ones.data(), {0, 1, 1, 0.5}).wait(std::chrono::seconds(10));
+    EXPECT_THROW(client.push({2, 10}, ones.data(), {1, 1, 1, 0.5}), ConfigError);
+    client.get({0, kKeys}, got.data());
+    client.stop();
+  });
+  for (std::int64_t i = 0; i < kKeys; ++i) EXPECT_EQ(got[i], i < 5 ? 0.0f : -0.5f) << i;
+}
+
 TEST(ParameterServer, BspAppliesTheSumOfEveryWorkersGradientOncePerStep) {
   constexpr int kWorkers = 3;
   constexpr std::int64_t kKeys = 7;
@@ -59,7 +72,7 @@ TEST(ParameterServer, BspAppliesTheSumOfEveryWorkersGradientOncePerStep) {
         auto& params = pulled[static_cast<std::size_t>(worker)];
         for (int step = 0; step < kSteps; ++step) {
           const PushResult result =
-              client.push(grads.data(), {step, 1, kWorkers, kLr}, params.data());
+              client.push({0, kKeys}, grads.data(), {step, 1, kWorkers, kLr}, params.data());
           EXPECT_FALSE(result.dropped);
         }
         client.stop();
@@ -86,7 +99,7 @@ TEST(ParameterServer, ARankCanBeWorkerAndServer) {
         const auto grads = gradient_of(worker, kWorkers, kKeys);
         std::vector<float> params(kKeys);
         for (int step = 0; step < 3; ++step)
-          client.push(grads.data(), {step, 1, 3, 1.0}, params.data());
+          client.push({0, kKeys}, grads.data(), {step, 1, 3, 1.0}, params.data());
         for (const float p : params) EXPECT_FLOAT_EQ(p, -3.0f * 2.0f);
         client.stop();
       },
@@ -109,7 +122,7 @@ TEST(ParameterServer, BackupWorkerLetsStepsCompleteWithoutTheLateOneAndDropsItsG
     std::vector<float> params(kKeys);
     for (int step = 0; step < kSteps; ++step) {
       if (worker == 2) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (client.push(grads.data(), {step, 1, kWorkers, kLr}, params.data()).dropped) {
+      if (client.push({0, kKeys}, grads.data(), {step, 1, kWorkers, kLr}, params.data()).dropped) {
         ++dropped[static_cast<std::size_t>(worker)];
       }
     }
@@ -163,7 +176,7 @@ PsRun train_quadratic(Consistency consistency, std::int64_t staleness, int slow,
     for (int step = 0; step < steps; ++step) {
       if (worker == slow) std::this_thread::sleep_for(nap);
       problem.gradient(x, static_cast<std::uint64_t>(worker * 100000 + step), g);
-      client.push(g.data(), {step, 1, 1, 0.05}, x.data());
+      client.push({0, kKeys}, g.data(), {step, 1, 1, 0.05}, x.data());
     }
     client.stop();
   });
@@ -204,7 +217,7 @@ TEST(ParameterServer, AsyncGoesOnWhenAWorkerDies) {
                               // Worker 2 dies: its thread ends without a word to the servers.
                               if (worker == 2 && step == 5) return;
                               problem.gradient(x, static_cast<std::uint64_t>(step), g);
-                              client.push(g.data(), {step, 1, 1, 0.05}, x.data());
+                              client.push({0, kKeys}, g.data(), {step, 1, 1, 0.05}, x.data());
                             }
                             client.stop();
                           });
@@ -224,7 +237,7 @@ TEST(ParameterServer, BspNamesAWorkerThatDied) {
       std::vector<float> x(kKeys);
       for (int step = 0; step < 20; ++step) {
         if (worker == 2 && step == 3) return;
-        client.push(g.data(), {step, 1, 3, 0.1}, x.data());
+        client.push({0, kKeys}, g.data(), {step, 1, 3, 0.1}, x.data());
       }
       client.stop();
     });
@@ -244,7 +257,7 @@ TEST(ParameterServer, BspTimesOutNamingTheWorkerThatNeverPushed) {
       std::vector<float> x(kKeys);
       // Worker 1 hangs (alive, silent) past the servers' deadline.
       if (worker == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-      client.push(g.data(), {0, 1, 2, 0.1}, x.data());
+      client.push({0, kKeys}, g.data(), {0, 1, 2, 0.1}, x.data());
       client.stop();
     });
     FAIL() << "expected an error";

@@ -134,7 +134,17 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
   return headers;
 }
 
-PushResult Client::push(const float* grads, const PushInfo& info, float* params) {
+PushResult Client::push(KeyRange range, const float* grads, const PushInfo& info, float* params) {
+  const std::vector<ShardPiece> pieces = layout_.split(range);
+  for (const ShardPiece& piece : pieces) {
+    const KeyRange shard = layout_.shard(piece.server);
+    if (piece.range != shard) {
+      throw ConfigError(fmt::format(
+          "ps push of keys [{}, {}) cuts server {}'s shard [{}, {}): a push runs the server's "
+          "optimizer over its whole shard; push whole shards, or use add() for a partial update",
+          range.begin, range.end, piece.server, shard.begin, shard.end));
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   RequestHeader base;
   base.flags = params != nullptr ? kWantParams : 0;
@@ -142,10 +152,8 @@ PushResult Client::push(const float* grads, const PushInfo& info, float* params)
   base.samples = info.samples;
   base.batch_samples = info.batch_samples;
   base.lr = info.lr;
-  const KeyRange all{0, layout_.total()};
   PushResult result;
-  for (const ReplyHeader& header :
-       exchange(Op::kPush, layout_.split(all), all, grads, params, base)) {
+  for (const ReplyHeader& header : exchange(Op::kPush, pieces, range, grads, params, base)) {
     result.dropped = result.dropped || header.status == Status::kDropped;
   }
   return result;
@@ -208,8 +216,9 @@ comm::Work Client::submit(std::string what, std::function<void()> operation) {
   return work;
 }
 
-comm::Work Client::push_async(const float* grads, const PushInfo& info, float* params) {
-  return submit("push", [this, grads, info, params] { push(grads, info, params); });
+comm::Work Client::push_async(KeyRange range, const float* grads, const PushInfo& info,
+                              float* params) {
+  return submit("push", [this, range, grads, info, params] { push(range, grads, info, params); });
 }
 
 comm::Work Client::pull_async(KeyRange range, float* out, std::int64_t clock) {

@@ -4,8 +4,9 @@
 // comm::Work (run in order on the client's own thread); operations never overlap on the wire: one
 // request per server in flight, which is what pairs each reply with its request (protocol.h).
 //
-// Push: the gradient of the whole key range (a push runs the servers' optimizer over whole
-// shards); PushInfo says which step it belongs to and how many samples it covers. With `params`
+// Push: the gradient of a key range made of whole shards (a push runs the servers' optimizer
+// over whole shards; add() is the partial update); PushInfo says which step it belongs to and how
+// many samples it covers. With `params`
 // set it is push-and-pull: each server answers with its shard after the update (bsp: after the
 // step completes; ssp: once the slowest worker is close enough), one round trip per step.
 //
@@ -56,8 +57,10 @@ class Client {
   std::int64_t bytes_sent() const { return bytes_sent_; }
   std::int64_t bytes_received() const { return bytes_received_; }
 
-  // grads: layout().total() floats; params: null (push only) or layout().total() floats.
-  PushResult push(const float* grads, const PushInfo& info, float* params = nullptr);
+  // grads: range.size() floats; params: null (push only) or range.size() floats. A range that
+  // cuts a shard is a ConfigError naming it.
+  PushResult push(KeyRange range, const float* grads, const PushInfo& info,
+                  float* params = nullptr);
   // The parameters of `range` into out (range.size() floats), for a worker about to compute step
   // `clock` (bsp and ssp hold the answer until the servers allow that step).
   void pull(KeyRange range, float* out, std::int64_t clock = 0);
@@ -72,7 +75,8 @@ class Client {
   void stop();
   std::vector<ServerStats> stop_with_stats();
 
-  comm::Work push_async(const float* grads, const PushInfo& info, float* params = nullptr);
+  comm::Work push_async(KeyRange range, const float* grads, const PushInfo& info,
+                        float* params = nullptr);
   comm::Work pull_async(KeyRange range, float* out, std::int64_t clock = 0);
   comm::Work put_async(KeyRange range, const float* values);
   comm::Work get_async(KeyRange range, float* out);

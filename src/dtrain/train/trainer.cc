@@ -217,9 +217,9 @@ void Trainer::exchange_with_servers(std::int64_t step, std::int64_t local,
   const auto& p = config_.parallel;
   const bool pull = p.consistency != "async" || (step + 1) % p.pull_every == 0;
   const auto start = Clock::now();
-  const ps::PushResult result =
-      options_.ps->push(store.grads(), {step, local, global_count, schedule_->lr(step)},
-                        pull ? store.params() : nullptr);
+  const ps::PushResult result = options_.ps->push({0, store.num_params()}, store.grads(),
+                                                  {step, local, global_count, schedule_->lr(step)},
+                                                  pull ? store.params() : nullptr);
   const auto end = Clock::now();
   if (result.dropped) ++dropped_steps_;
   last_step_.waiting = std::chrono::duration<double>(end - start).count();

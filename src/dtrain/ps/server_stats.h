@@ -1,6 +1,6 @@
 // What a parameter server records about the gradients it applied: how stale each was, how many
-// came too late, and how far each worker got. A worker fetches every server's with Client::stats()
-// at the end of a run; summary.json holds them (docs/PS.md).
+// came too late, and how far each worker got. A worker fetches every server's with
+// Client::stop_with_stats() at the end of a run; summary.json holds them (docs/PS.md).
 //
 // Staleness of a gradient computed at worker step c on parameters pulled when the slowest live
 // worker was at step m: c - m, in steps (Ho et al.'s clock difference; ssp bounds it by s, bsp

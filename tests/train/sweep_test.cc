@@ -122,8 +122,13 @@ TEST_F(SweepTest, ComparesTheWaysOfTrainingUnderOneStraggler) {
   ASSERT_EQ(result.rows.size(), 5u);
   EXPECT_EQ(result.rows[0].ranks, 3);
   EXPECT_EQ(result.rows[1].ranks, 4);  // 3 workers + 1 server
-  for (const auto& row : result.rows) {
-    EXPECT_GT(row.step_median, 0.0);
+  for (std::size_t k = 0; k < result.rows.size(); ++k) {
+    const SweepRow& row = result.rows[k];
+    // async and ssp hand batches out as tickets: on a busy machine the other workers may take
+    // all 24 of them before worker 0, whose steps the figures are, asks for one.
+    if (k < 3) {
+      EXPECT_GT(row.step_median, 0.0) << row.point[0];
+    }
     EXPECT_GE(row.step_p99, row.step_median);
     EXPECT_GT(row.bytes_per_step, 0.0);
   }

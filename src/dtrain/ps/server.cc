@@ -47,11 +47,9 @@ Server::Server(comm::Transport& transport, int index, ShardLayout layout,
                std::vector<int> worker_ranks, ServerOptions options)
     : transport_(transport),
       index_(index),
-      layout_(layout),
       shard_(layout.shard(index)),
-      worker_ranks_(std::move(worker_ranks)),
       options_(std::move(options)) {
-  const auto workers = static_cast<std::int64_t>(worker_ranks_.size());
+  const auto workers = static_cast<std::int64_t>(worker_ranks.size());
   if (workers < 1) throw ConfigError("a parameter server needs at least one worker");
   if (options_.consistency == Consistency::kBsp &&
       (options_.backup_workers < 0 || options_.backup_workers >= workers)) {
@@ -88,7 +86,7 @@ Server::Server(comm::Transport& transport, int index, ShardLayout layout,
                 static_cast<std::size_t>(kErrorTextBytes)});
   workers_.resize(static_cast<std::size_t>(workers));
   for (std::size_t w = 0; w < workers_.size(); ++w) {
-    workers_[w].rank = worker_ranks_[w];
+    workers_[w].rank = worker_ranks[w];
     workers_[w].request.resize(request_bytes);
     workers_[w].reply.resize(reply_bytes);
   }

@@ -85,9 +85,7 @@ class Server {
 
   comm::Transport& transport_;
   int index_;
-  ShardLayout layout_;
   KeyRange shard_;
-  std::vector<int> worker_ranks_;
   ServerOptions options_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::vector<float> params_;

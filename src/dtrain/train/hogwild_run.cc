@@ -20,6 +20,7 @@
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/run_data.h"
+#include "dtrain/train/statistics.h"
 
 namespace dtrain::train {
 namespace {
@@ -87,13 +88,6 @@ struct Figures {
 };
 Figures figures(const parallel::LinearEvaluation& e) { return {e.loss, e.accuracy}; }
 Figures figures(const parallel::DenseEvaluation& e) { return {e.loss, e.accuracy}; }
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const std::size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
-}
 
 // Updates over the threads' summed CPU time: how fast one thread updates while the others run
 // (falls below the one-thread figure when threads slow each other down, e.g. by cache-line

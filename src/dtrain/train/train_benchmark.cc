@@ -7,6 +7,7 @@
 #include "dtrain/base/timer.h"
 #include "dtrain/data/dataset.h"
 #include "dtrain/train/config.h"
+#include "dtrain/train/statistics.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::train {
@@ -32,11 +33,6 @@ Config benchmark_config(const std::string& model, int threads, std::int64_t batc
   config.optim.momentum = 0.9;
   if (model == "lenet5") config.model.init = "xavier";
   return config;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 }  // namespace

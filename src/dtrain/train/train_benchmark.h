@@ -4,7 +4,7 @@
 // Every row runs the Trainer's own train_step on a synthetic data set of Fashion-MNIST's shape
 // (1, 28, 28) and 10 classes, with SGD and momentum as in ../shared/peers/scripts/train_fmnist.py,
 // so the figure is the trainer's, not a special benchmark loop's. Each row: `warmup_steps` untimed
-// steps, then `repeats` timed runs of `steps` steps; the row reports the median run.
+// steps, then `repeats` timed runs of `steps` steps; the row reports their median samples/s.
 #pragma once
 
 #include <cstdint>

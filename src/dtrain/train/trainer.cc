@@ -20,6 +20,7 @@
 #include "dtrain/train/checkpoint_dir.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/ps_run.h"
+#include "dtrain/train/statistics.h"
 
 namespace dtrain::train {
 namespace {
@@ -29,16 +30,6 @@ namespace fs = std::filesystem;
 constexpr std::int64_t kEvalBatch = 1000;
 // A target not reached yet, as stored among a checkpoint's scalars.
 constexpr double kNotReached = -1.0;
-
-// The q-quantile (nearest rank) of `values`; 0 for none.
-double percentile(std::vector<double> values, double q) {
-  if (values.empty()) return 0.0;
-  const auto rank =
-      static_cast<std::size_t>(std::ceil(q * static_cast<double>(values.size())) - 1.0);
-  const auto at = values.begin() + static_cast<std::ptrdiff_t>(std::min(rank, values.size() - 1));
-  std::nth_element(values.begin(), at, values.end());
-  return *at;
-}
 
 std::string tta_scalar(double target) { return "tta:" + AccuracyTargets::key(target); }
 
@@ -776,8 +767,8 @@ RunSummary Trainer::run() {
   summary.train_seconds = train_seconds;
   summary.train_samples_per_second =
       train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0.0;
-  summary.step_seconds_median = percentile(step_seconds, 0.5);
-  summary.step_seconds_p99 = percentile(step_seconds, 0.99);
+  summary.step_seconds_median = nearest_rank_quantile(step_seconds, 0.5);
+  summary.step_seconds_p99 = nearest_rank_quantile(step_seconds, 0.99);
   summary.time_to_accuracy = targets.to_json();
   summary.seed = t.seed;
   summary.threads = t.threads;

@@ -5,9 +5,7 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -19,6 +17,7 @@
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/train/launch.h"
 #include "dtrain/train/trainer.h"
+#include "parallel_training_fixture.h"
 
 namespace dtrain::train {
 namespace {
@@ -26,43 +25,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-class DataParallelTest : public ::testing::Test {
+class DataParallelTest : public testing::ParallelTrainingTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ = fs::temp_directory_path() /
-            fmt::format("dtrain_dp_{}_{}", std::string(info->name()).substr(0, 40), ::getpid());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  std::string dir(const std::string& name) {
-    ++runs_;
-    return (root_ / fmt::format("{}-{}", name, runs_)).string();
-  }
-
-  // 240 samples, global batch 24: 10 steps per epoch, divisible by 2, 3 and 4 ranks.
-  static Config mlp_config() {
-    Config c;
-    c.data.dataset = "synthetic";
-    c.data.synthetic_samples = 240;
-    c.data.synthetic_test_samples = 60;
-    c.data.synthetic_classes = 4;
-    c.data.synthetic_shape = {1, 4, 4};
-    c.data.synthetic_noise = 0.8;
-    c.model.name = "mlp";
-    c.model.hidden = {16, 8};
-    c.train.epochs = 1;
-    c.train.batch_size = 24;
-    c.train.seed = 3;
-    c.train.log_every = 5;
-    c.train.checkpoint_every = 0;
-    c.optim.lr = 0.05;
-    c.optim.momentum = 0.9;
-    c.parallel.trace_steps = 0;
-    return c;
-  }
-
   static Config resnet_config() {
     Config c = mlp_config();
     c.data.synthetic_shape = {1, 6, 6};
@@ -81,46 +45,6 @@ class DataParallelTest : public ::testing::Test {
     const auto& store = trainer.model().store();
     return {store.params(), store.params() + store.num_params()};
   }
-
-  // Rank 0's parameters (checked equal on every rank) after `ranks` workers train `config`.
-  std::vector<float> parallel(Config config, int ranks) {
-    config.parallel.workers = ranks;
-    const std::string run_dir = dir("parallel");
-    std::vector<std::vector<float>> params(static_cast<std::size_t>(ranks));
-    comm::CommOptions options;
-    options.timeout = std::chrono::seconds(20);
-    comm::spawn_ranks(
-        ranks,
-        [&](comm::Communicator& comm) {
-          ScopedComputePool pool(1);
-          TrainerOptions trainer_options{run_dir, false, true, stderr, nullptr, nullptr};
-          trainer_options.comm = &comm;
-          Trainer trainer(config, trainer_options);
-          trainer.run();
-          const auto& store = trainer.model().store();
-          params[static_cast<std::size_t>(comm.rank())].assign(store.params(),
-                                                               store.params() + store.num_params());
-        },
-        options);
-    for (int r = 1; r < ranks; ++r) {
-      EXPECT_EQ(params[static_cast<std::size_t>(r)], params[0]) << "rank " << r << " diverged";
-    }
-    return params[0];
-  }
-
-  // ||a - b|| / ||b||.
-  static double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double diff = 0.0, norm = 0.0;
-    for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
-      diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-      norm += static_cast<double>(b[i]) * b[i];
-    }
-    return std::sqrt(diff / norm);
-  }
-
-  fs::path root_;
-  int runs_ = 0;
 };
 
 TEST_F(DataParallelTest, EveryAlgorithmFollowsTheSingleWorkerTrajectory) {
@@ -131,7 +55,7 @@ TEST_F(DataParallelTest, EveryAlgorithmFollowsTheSingleWorkerTrajectory) {
       if (algorithm.name == "native") continue;  // inproc has no allreduce of its own
       Config c = config;
       c.parallel.allreduce = std::string(algorithm.name);
-      const double diff = relative_difference(parallel(c, ranks), reference);
+      const double diff = relative_difference(allreduce_training(c, ranks), reference);
       EXPECT_LT(diff, 1e-5) << ranks << " ranks, " << algorithm.name;
     }
   }
@@ -141,7 +65,8 @@ TEST_F(DataParallelTest, SynchronizedBatchNormFollowsTheSingleWorkerTrajectory) 
   const Config config = resnet_config();
   const std::vector<float> reference = single(config);
   for (int ranks : {2, 3, 4}) {
-    EXPECT_LT(relative_difference(parallel(config, ranks), reference), 1e-5) << ranks << " ranks";
+    EXPECT_LT(relative_difference(allreduce_training(config, ranks), reference), 1e-5)
+        << ranks << " ranks";
   }
 }
 
@@ -151,42 +76,43 @@ TEST_F(DataParallelTest, PerRankBatchNormDiffersFromTheGlobalBatch) {
   Config config = resnet_config();
   const std::vector<float> reference = single(config);
   config.parallel.sync_batch_norm = false;
-  EXPECT_GT(relative_difference(parallel(config, 2), reference), 1e-4);
+  EXPECT_GT(relative_difference(allreduce_training(config, 2), reference), 1e-4);
 }
 
 TEST_F(DataParallelTest, FusionOverlapAndAccumulationGiveTheSameNumbers) {
   const Config config = mlp_config();
-  const std::vector<float> reference = parallel(config, 3);
+  const std::vector<float> reference = allreduce_training(config, 3);
   for (std::int64_t fusion : {std::int64_t{0}, std::int64_t{256}, std::int64_t{1} << 24}) {
     for (bool overlap : {true, false}) {
       Config c = config;
       c.parallel.fusion_bytes = fusion;
       c.parallel.overlap = overlap;
-      EXPECT_LT(relative_difference(parallel(c, 3), reference), 1e-5)
+      EXPECT_LT(relative_difference(allreduce_training(c, 3), reference), 1e-5)
           << "fusion " << fusion << " overlap " << overlap;
     }
   }
   Config unchecked = config;
   unchecked.parallel.check_headers = false;
-  EXPECT_EQ(parallel(unchecked, 3), reference) << "without the per-bucket header check";
+  EXPECT_EQ(allreduce_training(unchecked, 3), reference) << "without the per-bucket header check";
   Config accumulate = config;
   accumulate.train.accumulate_steps = 2;
-  EXPECT_LT(relative_difference(parallel(accumulate, 3), reference), 1e-5) << "accumulate 2";
+  EXPECT_LT(relative_difference(allreduce_training(accumulate, 3), reference), 1e-5)
+      << "accumulate 2";
   EXPECT_LT(relative_difference(single(accumulate), single(config)), 1e-5) << "accumulate 1 rank";
 }
 
 TEST_F(DataParallelTest, OverlapOnOrOffIsBitwiseEqual) {
   Config config = mlp_config();
   config.parallel.fusion_bytes = 256;
-  const std::vector<float> with = parallel(config, 2);
+  const std::vector<float> with = allreduce_training(config, 2);
   config.parallel.overlap = false;
-  EXPECT_EQ(parallel(config, 2), with);
+  EXPECT_EQ(allreduce_training(config, 2), with);
 }
 
 TEST_F(DataParallelTest, SameRunTwiceIsBitwiseIdentical) {
   Config config = mlp_config();
   config.model.dropout = 0.2;  // the per-rank random streams too
-  EXPECT_EQ(parallel(config, 3), parallel(config, 3));
+  EXPECT_EQ(allreduce_training(config, 3), allreduce_training(config, 3));
 }
 
 TEST_F(DataParallelTest, UnevenLastBatchIsSharedOrSkippedWithoutHanging) {
@@ -196,12 +122,13 @@ TEST_F(DataParallelTest, UnevenLastBatchIsSharedOrSkippedWithoutHanging) {
   Config config = mlp_config();
   config.data.synthetic_samples = 250;
   const std::vector<float> reference = single(config);
-  EXPECT_LT(relative_difference(parallel(config, 3), reference), 1e-5);
-  EXPECT_LT(relative_difference(parallel(config, 4), reference), 1e-5);
+  EXPECT_LT(relative_difference(allreduce_training(config, 3), reference), 1e-5);
+  EXPECT_LT(relative_difference(allreduce_training(config, 4), reference), 1e-5);
   config.train.accumulate_steps = 3;
   const std::string run_dir = dir("skip");
   config.parallel.workers = 4;
-  const RunSummary summary = run_training(config, TrainerOptions{run_dir, false, true, stderr, nullptr, nullptr});
+  const RunSummary summary =
+      run_training(config, TrainerOptions{run_dir, false, true, stderr, nullptr, nullptr});
   EXPECT_EQ(summary.steps, 10);
   EXPECT_EQ(summary.samples, 240);
 }
@@ -211,7 +138,8 @@ TEST_F(DataParallelTest, WritesPerRankFiguresAndATrace) {
   config.parallel.workers = 2;
   config.parallel.trace_steps = 3;
   const std::string run_dir = dir("figures");
-  const RunSummary summary = run_training(config, TrainerOptions{run_dir, false, true, stderr, nullptr, nullptr});
+  const RunSummary summary =
+      run_training(config, TrainerOptions{run_dir, false, true, stderr, nullptr, nullptr});
   ASSERT_FALSE(summary.parallel.is_null());
   EXPECT_EQ(summary.parallel["ranks"], 2);
   ASSERT_EQ(summary.parallel["per_rank"].size(), 2u);

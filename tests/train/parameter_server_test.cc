@@ -4,10 +4,8 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,73 +16,19 @@
 #include "dtrain/train/launch.h"
 #include "dtrain/train/ps_run.h"
 #include "dtrain/train/trainer.h"
+#include "parallel_training_fixture.h"
 
 namespace dtrain::train {
 namespace {
 
 namespace fs = std::filesystem;
 
-class ParameterServerTrainingTest : public ::testing::Test {
+class ParameterServerTrainingTest : public testing::ParallelTrainingTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ = fs::temp_directory_path() /
-            fmt::format("dtrain_ps_{}_{}", std::string(info->name()).substr(0, 40), ::getpid());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  std::string dir(const std::string& name) {
-    ++runs_;
-    return (root_ / fmt::format("{}-{}", name, runs_)).string();
-  }
-
-  // 240 samples, global batch 24: 10 steps per epoch.
   static Config mlp_config() {
-    Config c;
-    c.data.dataset = "synthetic";
-    c.data.synthetic_samples = 240;
-    c.data.synthetic_test_samples = 60;
-    c.data.synthetic_classes = 4;
-    c.data.synthetic_shape = {1, 4, 4};
-    c.data.synthetic_noise = 0.8;
-    c.model.name = "mlp";
-    c.model.hidden = {16, 8};
+    Config c = ParallelTrainingTest::mlp_config();
     c.train.epochs = 2;
-    c.train.batch_size = 24;
-    c.train.seed = 3;
-    c.train.log_every = 5;
-    c.train.checkpoint_every = 0;
-    c.optim.lr = 0.05;
-    c.optim.momentum = 0.9;
-    c.parallel.trace_steps = 0;
     return c;
-  }
-
-  static comm::CommOptions comm_options() {
-    comm::CommOptions options;
-    options.timeout = std::chrono::seconds(20);
-    return options;
-  }
-
-  // Worker 0's parameters after `workers` workers train `config` with allreduce.
-  std::vector<float> allreduce(Config config, int workers) {
-    config.parallel.workers = workers;
-    const std::string run_dir = dir("allreduce");
-    std::vector<float> params;
-    comm::spawn_ranks(
-        workers,
-        [&](comm::Communicator& comm) {
-          ScopedComputePool pool(1);
-          TrainerOptions options{run_dir, false, true, stderr, nullptr, nullptr};
-          options.comm = &comm;
-          Trainer trainer(config, options);
-          trainer.run();
-          const auto& store = trainer.model().store();
-          if (comm.rank() == 0) params.assign(store.params(), store.params() + store.num_params());
-        },
-        comm_options());
-    return params;
   }
 
   // Every worker's parameters after `workers` workers and `servers` servers train `config`.
@@ -112,23 +56,10 @@ class ParameterServerTrainingTest : public ::testing::Test {
     return params;
   }
 
-  static double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double diff = 0.0, norm = 0.0;
-    for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
-      diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-      norm += static_cast<double>(b[i]) * b[i];
-    }
-    return std::sqrt(diff / norm);
-  }
-
   nlohmann::json summary_of(const std::string& run_dir) {
     std::ifstream in(fs::path(run_dir) / "summary.json");
     return nlohmann::json::parse(in);
   }
-
-  fs::path root_;
-  int runs_ = 0;
 };
 
 TEST_F(ParameterServerTrainingTest, BspFollowsTheAllreduceTrajectory) {
@@ -141,7 +72,7 @@ TEST_F(ParameterServerTrainingTest, BspFollowsTheAllreduceTrajectory) {
           config.optim.lr = 0.01;
           config.optim.momentum = 0.0;
         }
-        const std::vector<float> reference = allreduce(config, workers);
+        const std::vector<float> reference = allreduce_training(config, workers);
         const auto params = parameter_servers(config, workers, servers);
         for (const auto& worker : params) {
           EXPECT_LT(relative_difference(worker, reference), 1e-5)
@@ -154,7 +85,7 @@ TEST_F(ParameterServerTrainingTest, BspFollowsTheAllreduceTrajectory) {
 
 TEST_F(ParameterServerTrainingTest, ColocatedServersFollowTheAllreduceTrajectoryToo) {
   const Config config = mlp_config();
-  const std::vector<float> reference = allreduce(config, 3);
+  const std::vector<float> reference = allreduce_training(config, 3);
   for (const auto& worker : parameter_servers(config, 3, 2, /*colocate=*/true)) {
     EXPECT_LT(relative_difference(worker, reference), 1e-5);
   }

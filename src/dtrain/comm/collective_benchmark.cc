@@ -264,7 +264,8 @@ void run_configuration(const CollectiveBenchmarkOptions& options, const std::str
     Communicator comm(mpi_world_transport(), comm_options);
     body(comm);
   } else {
-    spawn_ranks(ranks, body, comm_options);
+    spawn_ranks(ranks, body, comm_options,
+                options.pin_ranks ? RankPinning::kWhenRanksFit : RankPinning::kFromEnvironment);
   }
 }
 

@@ -56,6 +56,9 @@ struct CollectiveBenchmarkOptions {
   double target_seconds = 0.2;
   std::int64_t min_iterations = 5;
   std::int64_t max_iterations = 10000;
+  // inproc: bind rank threads to CPUs when they fit (RankPinning::kWhenRanksFit), as mpirun binds
+  // processes to cores by default for np <= 2, so the two transports are measured alike.
+  bool pin_ranks = true;
   // One call on known values per size, compared with the closed-form result.
   bool check_correctness = true;
 };

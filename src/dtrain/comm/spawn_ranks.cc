@@ -45,14 +45,14 @@ std::exception_ptr with_rank(std::exception_ptr error, int rank) {
   }
 }
 
-// With DTRAIN_PIN_RANKS=1, pins the calling thread to the (rank mod n)-th CPU this process may use,
-// as mpirun's --bind-to core does: unpinned rank threads get stacked on one core after wake-ups,
-// which costs microseconds per small message (docs/INPROC.md). Off by default: training ranks
-// share their cores with their communication threads and compute pools.
-void pin_to_cpu(int rank) {
-  if (!env::get_bool("DTRAIN_PIN_RANKS", false)) return;
+// Pins the calling thread to the (rank mod n)-th of the n CPUs this process may use (spawn_ranks.h
+// says when).
+void pin_to_cpu(int rank, int ranks, RankPinning pinning) {
+  if (pinning == RankPinning::kNever) return;
+  if (pinning == RankPinning::kFromEnvironment && !env::get_bool("DTRAIN_PIN_RANKS", false)) return;
   cpu_set_t allowed;
   if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || CPU_COUNT(&allowed) < 2) return;
+  if (pinning == RankPinning::kWhenRanksFit && ranks > CPU_COUNT(&allowed)) return;
   int target = rank % CPU_COUNT(&allowed);
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
     if (!CPU_ISSET(cpu, &allowed) || target-- != 0) continue;
@@ -76,7 +76,8 @@ std::string message_of(const std::exception_ptr& error) {
 
 }  // namespace
 
-void spawn_ranks(int n, const std::function<void(Communicator&)>& fn, CommOptions options) {
+void spawn_ranks(int n, const std::function<void(Communicator&)>& fn, CommOptions options,
+                 RankPinning pinning) {
   const std::shared_ptr<InprocWorld> world = InprocWorld::create(n);
   std::mutex mu;
   std::exception_ptr first_error;
@@ -84,7 +85,7 @@ void spawn_ranks(int n, const std::function<void(Communicator&)>& fn, CommOption
   threads.reserve(static_cast<std::size_t>(n));
   for (int rank = 0; rank < n; ++rank) {
     threads.emplace_back([&, rank] {
-      pin_to_cpu(rank);
+      pin_to_cpu(rank, n, pinning);
       // Records the error before telling the world, so that the errors it causes at other
       // ranks come later; aborting before the communicator's destructor drains its async queue
       // makes queued work fail fast instead of waiting for peers.

@@ -291,6 +291,10 @@ Command add_bench_command(CLI::App& app) {
                        "timed calls per size (default: about 0.2 s, 5 .. 10000)");
   coll_cmd->add_option("--warmup", flags->collectives.warmup, "untimed calls per size")
       ->capture_default_str();
+  coll_cmd->add_flag("--no-pin{false}", flags->collectives.pin_ranks,
+                     "inproc: leave rank threads unbound (default: rank r runs on CPU r when the "
+                     "ranks fit the CPUs, as mpirun binds processes to cores; DTRAIN_PIN_RANKS=1 "
+                     "pins them anyway)");
   coll_cmd->add_flag("--json", flags->json, "print a JSON list of rows instead of a table");
 
   return Command{bench, [flags, train_cmd, gemm_cmd, coll_cmd] {

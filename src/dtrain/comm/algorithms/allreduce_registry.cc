@@ -25,9 +25,12 @@ constexpr std::array<AllreduceAlgorithm, 9> kAllreduceAlgorithms{{
 std::span<const AllreduceAlgorithm> allreduce_algorithms() { return kAllreduceAlgorithms; }
 
 const AllreduceAlgorithm& find_allreduce_algorithm(std::string_view name) {
-  std::string accepted;
   for (const auto& algorithm : kAllreduceAlgorithms) {
     if (algorithm.name == name) return algorithm;
+  }
+  // Built only here: the auto algorithm looks its choice up on every call.
+  std::string accepted;
+  for (const auto& algorithm : kAllreduceAlgorithms) {
     accepted += accepted.empty() ? "" : ", ";
     accepted += algorithm.name;
   }

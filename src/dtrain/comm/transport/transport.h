@@ -1,6 +1,6 @@
 // The abstract point-to-point interface every collective algorithm is written against. Only
 // abstract classes live in this folder (with the defaults of optional operations, which a
-// transport may override); each concrete transport (inproc/, later mpi/, tcp/) has its own
+// transport may override, and what those defaults use: scratch_pool.h); each concrete transport (inproc/, later mpi/, tcp/) has its own
 // sub-folder with the same file set (world.h, transport.h, request.h).
 #pragma once
 
@@ -12,6 +12,7 @@
 
 #include "dtrain/base/dtype.h"
 #include "dtrain/comm/reduce_op.h"
+#include "dtrain/comm/transport/scratch_pool.h"
 
 namespace dtrain::comm {
 
@@ -65,11 +66,18 @@ class Transport {
                                 std::chrono::steady_clock::time_point /*deadline*/) {
     return false;
   }
+
+  // Temporaries for irecv_reduce's default (and any transport's own receive staging).
+  ScratchPool& scratch_pool() { return *scratch_pool_; }
+
+ private:
+  std::shared_ptr<ScratchPool> scratch_pool_ = ScratchPool::create();
 };
 
 namespace transport_detail {
 
-// Transport::irecv_reduce's default: the message lands in `scratch_`, then one reduce_into.
+// Transport::irecv_reduce's default: the message lands in `scratch_` (from the transport's pool),
+// then one reduce_into.
 class ReceiveThenReduce final : public Request {
  public:
   ReceiveThenReduce(Transport& transport, int peer, std::uint64_t tag, void* data,
@@ -78,8 +86,8 @@ class ReceiveThenReduce final : public Request {
         count_(static_cast<std::int64_t>(bytes / dtype_size(dtype))),
         dtype_(dtype),
         op_(op),
-        scratch_(std::make_unique_for_overwrite<std::byte[]>(bytes)),
-        receive_(transport.irecv(peer, tag, scratch_.get(), bytes)) {}
+        scratch_(transport.scratch_pool().acquire(bytes)),
+        receive_(transport.irecv(peer, tag, scratch_.data(), bytes)) {}
 
   bool test() override {
     if (!reduced_ && receive_->test()) reduce();
@@ -93,7 +101,7 @@ class ReceiveThenReduce final : public Request {
 
  private:
   void reduce() {
-    reduce_into(data_, scratch_.get(), count_, dtype_, op_);
+    reduce_into(data_, scratch_.data(), count_, dtype_, op_);
     reduced_ = true;
   }
 
@@ -103,7 +111,7 @@ class ReceiveThenReduce final : public Request {
   ReduceOp op_;
   bool reduced_ = false;
   // Declared before receive_: destroyed after it, since cancelling may wait for a copy into it.
-  std::unique_ptr<std::byte[]> scratch_;
+  ScratchPool::Lease scratch_;
   std::unique_ptr<Request> receive_;
 };
 

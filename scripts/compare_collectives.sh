@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Measures dtrain's allreduce against Open MPI's on this machine in one run, for
 # docs/PERFORMANCE.md (issue 3's speed targets):
-#   - inproc (ranks as threads), P = 2: ring, halving-doubling, parameter-server at 4 B, 4 MiB,
-#     64 MiB; ring at 4 B also with DTRAIN_PIN_RANKS=1;
+#   - inproc (ranks are threads, bound to CPUs as mpirun binds processes), P = 2: ring,
+#     halving-doubling, parameter-server, auto at 4 B, 4 MiB, 64 MiB; ring at 4 B also unbound
+#     (--no-pin);
 #   - the mpi transport under mpirun, np = 2 and 4: ring, halving-doubling, native at 4, 16, 64 MiB;
 #   - Open MPI 4.1's MPI_Allreduce (../shared/peers/src/mpi_coll_bench.c) at the same sizes;
 #   - 2-thread memcpy (../shared/peers/src/memcpy_bw.c), the bound's unit.
@@ -29,10 +30,10 @@ for r in json.load(sys.stdin):
 
 for round in $(seq "$ROUNDS"); do
   echo "round $round/$ROUNDS" >&2
-  "$DTRAIN" bench collectives --op allreduce --algorithm ring,halving-doubling,parameter-server \
+  "$DTRAIN" bench collectives --op allreduce --algorithm ring,halving-doubling,parameter-server,auto \
     --ranks 2 --sizes 4,4M,64M --json 2>/dev/null | rows inproc >> "$OUT/results.txt"
-  DTRAIN_PIN_RANKS=1 "$DTRAIN" bench collectives --op allreduce --algorithm ring --ranks 2 \
-    --sizes 4 --json 2>/dev/null | rows inproc-pinned >> "$OUT/results.txt"
+  "$DTRAIN" bench collectives --no-pin --op allreduce --algorithm ring --ranks 2 \
+    --sizes 4 --json 2>/dev/null | rows inproc-unpinned >> "$OUT/results.txt"
   for np in 2 4; do
     mpirun --oversubscribe -np "$np" "$DTRAIN" bench collectives --op allreduce \
       --algorithm ring,halving-doubling,native --sizes 4M,16M,64M --json 2>/dev/null \

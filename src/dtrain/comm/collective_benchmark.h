@@ -5,7 +5,8 @@
 // Method: for each configuration, a world with the header check off: spawn_ranks(P) threads over
 // inproc, or, for "mpi", the processes of the `mpirun -np P` job this program runs in (a fresh
 // transport per configuration; every process runs the same configurations, rank 0 reports); each
-// size gets one correctness call on known values, `warmup` untimed calls, then, after a barrier,
+// size gets one correctness call on known values, `warmup` untimed calls (more for small sizes,
+// until warmup_seconds have passed), then, after a barrier,
 // `iterations` timed calls. time per call = max over ranks of elapsed / iterations (the slowest
 // rank bounds a collective). algbw = size / time, busbw = algbw x factor (nccl-tests: allreduce
 // 2(P-1)/P; allgather, reduce_scatter, scatter, gather and alltoall (P-1)/P; broadcast and
@@ -50,6 +51,8 @@ struct CollectiveBenchmarkOptions {
   std::vector<std::int64_t> sizes = default_benchmark_sizes();
   DType dtype = DType::kF32;
   int warmup = 5;
+  // ... and more untimed calls until about this long has been spent warming up (small sizes).
+  double warmup_seconds = 0.02;
   // Timed calls per size; 0 means sized so the size takes about target_seconds, clamped to
   // [min_iterations, max_iterations].
   std::int64_t iterations = 0;

@@ -234,8 +234,8 @@ void run_configuration(const CollectiveBenchmarkOptions& options, const std::str
       // freshly started (or freshly pinned) rank threads run at speed, and the first size of a
       // configuration measured up to 1.6x slow. The count comes from the agreed probe time, so
       // every rank makes the same number of calls.
-      const auto more_warmup = static_cast<std::int64_t>(std::min(
-          options.warmup_seconds / std::max(probe_seconds, 1e-9) - probes, 1e6));
+      const auto more_warmup = static_cast<std::int64_t>(
+          std::min(options.warmup_seconds / std::max(probe_seconds, 1e-9) - probes, 1e6));
       for (std::int64_t i = 0; i < more_warmup; ++i) call_op(comm, op, b, options.dtype, call);
       std::int64_t iterations = options.iterations;
       if (iterations <= 0) {

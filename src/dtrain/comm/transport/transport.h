@@ -1,7 +1,8 @@
 // The abstract point-to-point interface every collective algorithm is written against. Only
 // abstract classes live in this folder (with the defaults of optional operations, which a
-// transport may override, and what those defaults use: scratch_pool.h); each concrete transport (inproc/, later mpi/, tcp/) has its own
-// sub-folder with the same file set (world.h, transport.h, request.h).
+// transport may override, and what those defaults use: scratch_pool.h); each concrete transport
+// (inproc/, later mpi/, tcp/) has its own sub-folder with the same file set (world.h, transport.h,
+// request.h).
 #pragma once
 
 #include <chrono>

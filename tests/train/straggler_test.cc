@@ -30,7 +30,7 @@ TEST(Straggler, RejectsMalformedSpecsNamingTheProblem) {
   for (const char* text :
        {"rank=2", "rank=-1,slowdown=2", "rank=1,slowdown=0.5", "random=exp",
         "random=gauss,mean_ms=1", "random=pareto,mean_ms=1,alpha=1", "rank=1,slowdown=2,extra=1",
-        "slowdown", "rank=1,rank=2,slowdown=2", "rank=x,slowdown=2"}) {
+        "slowdown", "rank=1,rank=2,slowdown=2", "rank=x,slowdown=2", "rank=1,delay_ms=-1"}) {
     try {
       parse_straggler(text);
       ADD_FAILURE() << "accepted '" << text << "'";
@@ -45,6 +45,14 @@ TEST(Straggler, SlowRankWaitsSlowdownMinusOneTimesItsCompute) {
   const StragglerSpec spec = parse_straggler("rank=1,slowdown=3");
   EXPECT_DOUBLE_EQ(straggler_delay_seconds(spec, 0, 1, 7, 0.01), 0.02);
   EXPECT_EQ(straggler_delay_seconds(spec, 0, 0, 7, 0.01), 0.0);
+}
+
+TEST(Straggler, FixedDelayAddsToTheSlowdown) {
+  const StragglerSpec fixed = parse_straggler("rank=2,delay_ms=40");
+  EXPECT_DOUBLE_EQ(straggler_delay_seconds(fixed, 0, 2, 3, 0.01), 0.04);
+  EXPECT_EQ(straggler_delay_seconds(fixed, 0, 1, 3, 0.01), 0.0);
+  const StragglerSpec both = parse_straggler("rank=0,slowdown=2,delay_ms=5");
+  EXPECT_DOUBLE_EQ(straggler_delay_seconds(both, 0, 0, 3, 0.01), 0.015);
 }
 
 TEST(Straggler, RandomDelaysHaveTheirMeanAndRepeat) {

@@ -57,7 +57,8 @@ class TrainerTest : public ::testing::Test {
   }
 
   static RunSummary train(const Config& config, const std::string& run_dir, bool resume = false) {
-    Trainer trainer(config, TrainerOptions{run_dir, resume, /*quiet=*/true, stderr, nullptr, nullptr});
+    Trainer trainer(config,
+                    TrainerOptions{run_dir, resume, /*quiet=*/true, stderr, nullptr, nullptr});
     return trainer.run();
   }
 

@@ -246,7 +246,8 @@ std::vector<Field> fields(Config& c) {
        "check each gradient allreduce's arguments across ranks (a round trip through rank 0; "
        "layouts are compared at start either way)"},
       {"parallel", "straggler", &p.straggler,
-       "injected slowness: rank=R,slowdown=S or random=exp|pareto,mean_ms=M (\"\" = none)"},
+       "injected slowness: rank=R,slowdown=S, rank=R,delay_ms=D or random=exp|pareto,mean_ms=M "
+       "(\"\" = none)"},
       {"parallel", "servers", &p.servers,
        "strategy ps: parameter-server ranks (besides parallel.workers workers)", 1, 1024},
       {"parallel", "colocate_servers", &p.colocate_servers,

@@ -13,7 +13,8 @@ namespace dtrain::train {
 namespace {
 
 constexpr const char* kForms =
-    "rank=R,slowdown=S (S >= 1), random=exp,mean_ms=M or random=pareto,mean_ms=M[,alpha=A] "
+    "rank=R,slowdown=S (S >= 1), rank=R,delay_ms=D (D >= 0), random=exp,mean_ms=M or "
+    "random=pareto,mean_ms=M[,alpha=A] "
     "(M > 0, A > 1), or empty";
 
 [[noreturn]] void bad(const std::string& text, const std::string& why) {
@@ -58,8 +59,17 @@ StragglerSpec parse_straggler(const std::string& text) {
     const double rank = number(text, "rank", take("rank"));
     if (rank < 0 || rank != std::floor(rank)) bad(text, "rank must be an integer >= 0");
     spec.rank = static_cast<int>(rank);
-    spec.slowdown = number(text, "slowdown", take("slowdown"));
-    if (spec.slowdown < 1.0) bad(text, "slowdown must be >= 1");
+    if (fields.count("slowdown") == 0 && fields.count("delay_ms") == 0) {
+      bad(text, "rank= needs slowdown= or delay_ms=");
+    }
+    if (fields.count("slowdown") != 0) {
+      spec.slowdown = number(text, "slowdown", take("slowdown"));
+      if (spec.slowdown < 1.0) bad(text, "slowdown must be >= 1");
+    }
+    if (fields.count("delay_ms") != 0) {
+      spec.delay_ms = number(text, "delay_ms", take("delay_ms"));
+      if (spec.delay_ms < 0.0) bad(text, "delay_ms must be >= 0");
+    }
   } else if (fields.count("random") != 0) {
     const std::string kind = take("random");
     if (kind == "exp") {
@@ -85,7 +95,8 @@ double straggler_delay_seconds(const StragglerSpec& spec, std::uint64_t seed, in
   switch (spec.kind) {
     case StragglerSpec::Kind::kNone: return 0.0;
     case StragglerSpec::Kind::kSlowRank:
-      return rank == spec.rank ? (spec.slowdown - 1.0) * compute_seconds : 0.0;
+      return rank == spec.rank ? (spec.slowdown - 1.0) * compute_seconds + spec.delay_ms / 1e3
+                               : 0.0;
     case StragglerSpec::Kind::kExponential:
     case StragglerSpec::Kind::kPareto: {
       // Stream: (rank, step) packed; a uniform u in (0, 1].

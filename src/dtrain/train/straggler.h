@@ -4,6 +4,8 @@
 //
 //   "rank=2,slowdown=3"            rank 2 takes 3x as long: after its forward and backward it
 //                                  sleeps (slowdown - 1) x the time they took
+//   "rank=2,delay_ms=40"           rank 2 sleeps a fixed 40 ms per step (a slow link or a busy
+//                                  host); both keys together add
 //   "random=exp,mean_ms=5"         every rank sleeps an exponential delay of mean 5 ms per step
 //   "random=pareto,mean_ms=5,alpha=1.5"
 //                                  a heavy-tailed (Pareto) delay of mean 5 ms (alpha > 1)
@@ -24,6 +26,7 @@ struct StragglerSpec {
   Kind kind = Kind::kNone;
   int rank = -1;          // kSlowRank
   double slowdown = 1.0;  // kSlowRank: >= 1
+  double delay_ms = 0.0;  // kSlowRank: >= 0, added after the slowdown's sleep
   double mean_ms = 0.0;   // random kinds: > 0
   double alpha = 1.5;     // kPareto: > 1
 };

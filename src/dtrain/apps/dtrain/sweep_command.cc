@@ -113,7 +113,8 @@ Command add_sweep_command(CLI::App& app) {
   sub->add_option("--modes", flags->modes,
                   "axis: ways of training, e.g. allreduce,sync,backup=1,async,ssp=3");
   sub->add_option("--straggler", flags->straggler,
-                  "for every run: rank=R,slowdown=S or random=exp|pareto,mean_ms=M")
+                  "for every run: rank=R,slowdown=S, rank=R,delay_ms=D or "
+                  "random=exp|pareto,mean_ms=M")
       ->type_name("SPEC");
   sub->add_option("--grid,-g", flags->grid, "axis: any config key and its values (repeatable)")
       ->type_name("KEY=V1,V2,...");

@@ -182,7 +182,7 @@ Command add_train_command(CLI::App& app) {
                 "allreduce the gradients after backward instead of during it");
   sub->add_flag("--sync-bn", flags->sync_bn, "batch-norm statistics over all ranks");
   sub->add_option("--straggler", flags->straggler,
-                  "inject slowness for experiments: rank=R,slowdown=S or "
+                  "inject slowness for experiments: rank=R,slowdown=S, rank=R,delay_ms=D or "
                   "random=exp|pareto,mean_ms=M[,alpha=A]")
       ->type_name("SPEC");
   sub->add_option("--servers", flags->servers,

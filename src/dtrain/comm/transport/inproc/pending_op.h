@@ -43,6 +43,9 @@ struct PendingOp {
   int source = 0;  // the sending rank
   int dest = 0;    // the receiving rank
   std::uint64_t tag = 0;
+  // A send: its number in the (source, dest) pair's sequence, shared with the fast box
+  // (fast_box.h): FIFO per (source, tag) across both paths compares these.
+  std::uint64_t number = 0;
   const void* send_data = nullptr;
   void* recv_data = nullptr;
   // A send: the message size. A receive: the buffer capacity.

@@ -25,7 +25,16 @@ std::unique_ptr<Request> InprocTransport::post(inproc::PendingOp* op) {
 std::unique_ptr<Request> InprocTransport::isend(int peer, std::uint64_t tag, const void* data,
                                                 std::size_t bytes) {
   check_peer(peer, "send");
+  std::uint64_t number = 0;
+  if (bytes <= inproc::kFastBytes) {
+    if (world_->send_fast(rank_, peer, tag, data, bytes, &number)) {
+      return std::make_unique<InprocCompletedRequest>();
+    }
+  } else {
+    number = world_->next_number(rank_, peer);
+  }
   auto* op = new inproc::PendingOp;
+  op->number = number;
   op->is_send = true;
   op->source = rank_;
   op->dest = peer;

@@ -81,6 +81,8 @@ InprocWorld::InprocWorld(int size)
     : size_(size),
       lanes_(std::make_unique<Lane[]>(static_cast<std::size_t>(size) *
                                       static_cast<std::size_t>(size))),
+      boxes_(std::make_unique<std::atomic<inproc::FastBox*>[]>(static_cast<std::size_t>(size) *
+                                                               static_cast<std::size_t>(size))),
       wakers_(std::make_unique<Waker[]>(static_cast<std::size_t>(size))),
       cpus_(std::make_unique<CpuSlot[]>(static_cast<std::size_t>(size))),
       aborted_(std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(size))),
@@ -89,6 +91,10 @@ InprocWorld::InprocWorld(int size)
 }
 
 InprocWorld::~InprocWorld() {
+  for (std::size_t i = 0; i < static_cast<std::size_t>(size_) * static_cast<std::size_t>(size_);
+       ++i) {
+    delete boxes_[i].load(std::memory_order_acquire);
+  }
   // Requests hold their transport and so the world: only buffered small sends can be left.
   for (std::size_t i = 0; i < static_cast<std::size_t>(size_) * static_cast<std::size_t>(size_);
        ++i) {
@@ -180,31 +186,119 @@ void InprocWorld::link(PendingOp* send, PendingOp* recv) {
   recv->state.store(OpState::kMatched, std::memory_order_seq_cst);
 }
 
+inproc::FastBox& InprocWorld::box(int source, int dest) {
+  std::atomic<inproc::FastBox*>& slot =
+      boxes_[static_cast<std::size_t>(dest) * static_cast<std::size_t>(size_) +
+             static_cast<std::size_t>(source)];
+  inproc::FastBox* box = slot.load(std::memory_order_acquire);
+  if (box != nullptr) return *box;
+  auto* made = new inproc::FastBox;
+  if (slot.compare_exchange_strong(box, made, std::memory_order_acq_rel)) return *made;
+  delete made;  // another thread of either rank installed one first
+  return *box;
+}
+
+bool InprocWorld::send_fast(int source, int dest, std::uint64_t tag, const void* data,
+                            std::size_t bytes, std::uint64_t* number) {
+  inproc::FastBox& b = box(source, dest);
+  if (is_aborted(source) || is_aborted(dest)) {
+    *number = b.next_number();  // the lane path fails it, naming the aborted rank
+    return false;
+  }
+  note_cpu(source);
+  if (!b.try_publish(tag, data, bytes, number)) return false;
+  wake(dest);  // a receiver asleep on a queued receive of this tag
+  return true;
+}
+
+void InprocWorld::deliver_fast(inproc::FastBox& box, const inproc::FastBox::Message& message,
+                               PendingOp& recv) {
+  const std::size_t bytes = box.bytes(message);
+  const bool fits = recv.reduce ? bytes == recv.bytes : bytes <= recv.bytes;
+  if (!fits) {
+    box.consume(message);
+    fail(recv, fmt::format("rank {} -> rank {} (tag {:#x}): message of {} bytes does not fit the "
+                           "{} of {} bytes; both ranks must pass the same count and dtype",
+                           recv.source, recv.dest, recv.tag, bytes,
+                           recv.reduce ? "reducing receive, which takes exactly" : "receive buffer",
+                           recv.bytes));
+    return;
+  }
+  if (recv.reduce) {
+    reduce_into(recv.recv_data, box.payload(message),
+                static_cast<std::int64_t>(bytes / dtype_size(recv.dtype)), recv.dtype,
+                recv.reduce_op);
+  } else if (bytes > 0) {
+    std::memcpy(recv.recv_data, box.payload(message), bytes);
+  }
+  box.consume(message);
+  complete(recv, OpState::kDone);
+}
+
+void InprocWorld::settle(Lane& l, int source, int dest, std::uint64_t tag, Matches& matches) {
+  inproc::FastBox* fast_box = existing_box(source, dest);
+  for (;;) {
+    PendingOp* recv = l.recvs.find(tag);
+    if (recv == nullptr) return;
+    const inproc::FastBox::Message fast =
+        fast_box != nullptr ? fast_box->oldest(tag) : inproc::FastBox::Message{};
+    PendingOp* send = l.sends.find(tag);
+    if (fast && (send == nullptr || fast.number < send->number)) {
+      l.recvs.erase(recv);
+      deliver_fast(*fast_box, fast, *recv);
+      continue;
+    }
+    if (send == nullptr) return;
+    l.recvs.erase(recv);
+    l.sends.erase(send);
+    if (send->buffered || send->bytes <= kCopyOnMatchBytes) {
+      // Claimed by this thread before anyone else can see the match.
+      recv->state.store(OpState::kCopying, std::memory_order_relaxed);
+      if (matches.count == Matches::kCapacity) {
+        // Rare (a burst of queued pairs): move these bytes under the lock rather than allocate.
+        const bool buffered = send->buffered;
+        transfer(*send, *recv);
+        if (buffered) inproc::release(send);
+        continue;
+      }
+      matches.transfers[static_cast<std::size_t>(matches.count++)] = {send, recv};
+    } else {
+      link(send, recv);
+      // Both owners may sleep; the first to wait claims the transfer.
+      if (matches.wake_count + 2 <= static_cast<int>(matches.wakes.size())) {
+        matches.wakes[static_cast<std::size_t>(matches.wake_count++)] = recv->owner();
+        matches.wakes[static_cast<std::size_t>(matches.wake_count++)] = send->owner();
+      } else {
+        wake(recv->owner());
+        wake(send->owner());
+      }
+    }
+  }
+}
+
+void InprocWorld::run(Matches& matches) {
+  for (int k = 0; k < matches.count; ++k) {
+    auto [send, recv] = matches.transfers[static_cast<std::size_t>(k)];
+    // A rendezvous send may be freed by its owner as soon as transfer() completes it.
+    const bool buffered = send->buffered;
+    transfer(*send, *recv);
+    if (buffered) inproc::release(send);
+  }
+  for (int k = 0; k < matches.wake_count; ++k) wake(matches.wakes[static_cast<std::size_t>(k)]);
+}
+
 void InprocWorld::post_send(PendingOp* op) {
   Lane& l = lane(op->dest, op->source);
+  Matches matches;
   l.lock.lock();
   if (auto error = aborted_error(*op)) {
     l.lock.unlock();
     fail(*op, std::move(*error));
     return;
   }
-  if (PendingOp* recv = l.recvs.find(op->tag)) {
-    l.recvs.erase(recv);
-    if (op->bytes <= kCopyOnMatchBytes) {
-      // Claimed by this thread before anyone else can see the match.
-      recv->state.store(OpState::kCopying, std::memory_order_relaxed);
-      l.lock.unlock();
-      transfer(*op, *recv);
-      return;
-    }
-    link(op, recv);
-    l.lock.unlock();
-    wake(recv->owner());  // a sleeping receiver must come and claim the transfer
-    return;
-  }
-  if (op->bytes <= kEagerBytes) {
-    // The op itself waits in the queue with a copy of the bytes (the queue holds a reference), so
-    // the caller's send is complete at once and its buffer free.
+  if (op->bytes <= kEagerBytes && l.recvs.find(op->tag) == nullptr) {
+    // No receive waits: the op itself waits in the queue with a copy of the bytes (the queue
+    // holds a reference), so the caller's send is complete at once and its buffer free.
     if (op->bytes > 0) std::memcpy(op->eager.data(), op->send_data, op->bytes);
     op->send_data = op->eager.data();
     op->buffered = true;
@@ -215,36 +309,45 @@ void InprocWorld::post_send(PendingOp* op) {
     return;
   }
   l.sends.push_back(op);
+  settle(l, op->source, op->dest, op->tag, matches);
   l.lock.unlock();
+  run(matches);
 }
 
 void InprocWorld::post_recv(PendingOp* op) {
   Lane& l = lane(op->dest, op->source);
+  Matches matches;
   l.lock.lock();
-  if (PendingOp* send = l.sends.find(op->tag)) {
-    // A message already sent is delivered even if its sender has aborted since.
-    l.sends.erase(send);
-    if (send->buffered || send->bytes <= kCopyOnMatchBytes) {
-      op->state.store(OpState::kCopying, std::memory_order_relaxed);
+  l.recvs.push_back(op);
+  // A message already sent is delivered even if its sender has aborted since.
+  settle(l, op->source, op->dest, op->tag, matches);
+  if (op->queued) {
+    if (auto error = aborted_error(*op)) {
+      l.recvs.erase(op);
       l.lock.unlock();
-      // A rendezvous send may be freed by its owner as soon as transfer() completes it.
-      const bool buffered = send->buffered;
-      transfer(*send, *op);
-      if (buffered) inproc::release(send);
+      run(matches);
+      fail(*op, std::move(*error));
       return;
     }
-    link(send, op);
-    l.lock.unlock();
-    wake(send->owner());
-    return;
   }
-  if (auto error = aborted_error(*op)) {
-    l.lock.unlock();
-    fail(*op, std::move(*error));
-    return;
-  }
-  l.recvs.push_back(op);
   l.lock.unlock();
+  run(matches);
+}
+
+bool InprocWorld::fast_pending(const PendingOp& op) const {
+  if (op.is_send) return false;
+  const inproc::FastBox* b = existing_box(op.source, op.dest);
+  return b != nullptr && op.state.load(std::memory_order_seq_cst) == OpState::kPending &&
+         b->has(op.tag);
+}
+
+void InprocWorld::settle_for(PendingOp& op) {
+  Lane& l = lane(op.dest, op.source);
+  Matches matches;
+  l.lock.lock();
+  settle(l, op.source, op.dest, op.tag, matches);
+  l.lock.unlock();
+  run(matches);
 }
 
 bool InprocWorld::claimable(const PendingOp* op) const {
@@ -295,6 +398,10 @@ void InprocWorld::transfer(PendingOp& send, PendingOp& recv) {
 
 bool InprocWorld::test(PendingOp* op) {
   OpState state = op->state.load(std::memory_order_acquire);
+  if (state == OpState::kPending && fast_pending(*op)) {
+    settle_for(*op);
+    state = op->state.load(std::memory_order_acquire);
+  }
   if (state == OpState::kMatched && try_claim(op))
     state = op->state.load(std::memory_order_acquire);
   if (state == OpState::kFailed) throw CommError(op->error);
@@ -362,6 +469,10 @@ void InprocWorld::wait(PendingOp* op, std::chrono::steady_clock::time_point dead
         if (state == OpState::kDone) return;
         if (state == OpState::kFailed) throw CommError(op->error);
         if (state == OpState::kMatched && try_claim(op)) continue;  // now final
+        if (state == OpState::kPending && fast_pending(*op)) {
+          settle_for(*op);
+          continue;
+        }
         inproc::cpu_pause();
       }
     } while (std::chrono::steady_clock::now() < spin_end);
@@ -369,9 +480,9 @@ void InprocWorld::wait(PendingOp* op, std::chrono::steady_clock::time_point dead
     std::unique_lock<std::mutex> lock(waker.mu);
     waker.sleepers.fetch_add(1, std::memory_order_seq_cst);
     bool timed_out = false;
-    while (!finished(*op) && !claimable(op)) {
+    while (!finished(*op) && !claimable(op) && !fast_pending(*op)) {
       if (waker.cv.wait_until(lock, deadline) == std::cv_status::timeout) {
-        timed_out = !finished(*op) && !claimable(op);
+        timed_out = !finished(*op) && !claimable(op) && !fast_pending(*op);
         break;
       }
     }
@@ -396,13 +507,8 @@ void InprocWorld::abort(int rank, const std::string& reason) {
       if (dest != rank && source != rank) continue;
       std::vector<PendingOp*> doomed;
       Lane& l = lane(dest, source);
+      Matches matches;
       l.lock.lock();
-      // Receives waiting for the aborted rank, or posted by it.
-      while (PendingOp* op = l.recvs.head) {
-        l.recvs.erase(op);
-        inproc::retain(op);
-        doomed.push_back(op);
-      }
       // Sends to the aborted rank (nobody will receive them) and rendezvous sends from it (its
       // buffer may be gone); buffered copies it sent to live ranks stay deliverable.
       for (PendingOp* op = l.sends.head; op != nullptr;) {
@@ -418,7 +524,21 @@ void InprocWorld::abort(int rank, const std::string& reason) {
         }
         op = next;
       }
+      // What the aborted rank sent before it went stays deliverable: queued receives first take
+      // what its fast box and buffered sends hold.
+      if (source == rank) {
+        std::vector<std::uint64_t> tags;
+        for (PendingOp* op = l.recvs.head; op != nullptr; op = op->next) tags.push_back(op->tag);
+        for (std::uint64_t tag : tags) settle(l, source, dest, tag, matches);
+      }
+      // Receives waiting for the aborted rank, or posted by it.
+      while (PendingOp* op = l.recvs.head) {
+        l.recvs.erase(op);
+        inproc::retain(op);
+        doomed.push_back(op);
+      }
       l.lock.unlock();
+      run(matches);
       for (PendingOp* op : doomed) {
         fail(*op, fmt::format("{} failed: rank {} aborted: {}", describe(*op), rank, reason));
         inproc::release(op);

@@ -15,6 +15,11 @@
 // message of at most kEagerBytes is copied into the queue when no receive waits yet, so the send
 // completes at once.
 //
+// Small messages (at most inproc::kFastBytes) skip the lanes when they can: the sender publishes
+// them in the pair's fast box (fast_box.h), one cache line, and completes at once; receives look
+// there as well as in the lane (settle) and their waiters poll it. Every send of a pair takes a
+// number from the box, so FIFO per (source, tag) holds across both paths.
+//
 // Waiting spins on the op's state with the pause instruction for up to 100 us (not at all when
 // the peer's thread last ran on this CPU), then sleeps on a per-rank condition variable until its
 // deadline (matchers and completers notify only when someone sleeps), so the fast path makes no
@@ -25,6 +30,7 @@
 // naming the rank and the reason; small messages it had already sent stay deliverable.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -34,8 +40,10 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "dtrain/comm/transport/inproc/fast_box.h"
 #include "dtrain/comm/transport/inproc/pending_op.h"
 #include "dtrain/comm/transport/inproc/spin_lock.h"
 #include "dtrain/comm/transport/transport.h"
@@ -62,8 +70,15 @@ class InprocWorld : public std::enable_shared_from_this<InprocWorld> {
   // The reason `rank` was aborted, if it was.
   std::optional<std::string> abort_reason(int rank) const;
 
-  // Used by InprocTransport and InprocRequest. post() takes the caller's reference.
+  // Used by InprocTransport and InprocRequest. post() takes the caller's reference; a send must
+  // carry its number (next_number, or the one send_fast took).
   void post(inproc::PendingOp* op);
+  // Publishes a message of at most inproc::kFastBytes in the (source, dest) fast box: true when
+  // done (the send is complete), false when it must go through post() with *number.
+  bool send_fast(int source, int dest, std::uint64_t tag, const void* data, std::size_t bytes,
+                 std::uint64_t* number);
+  // The number of a send from `source` to `dest` that goes through post().
+  std::uint64_t next_number(int source, int dest) { return box(source, dest).next_number(); }
   // Makes `op` final: takes it out of its queue (failed as cancelled) or finishes its transfer.
   void cancel(inproc::PendingOp* op);
   void wait(inproc::PendingOp* op, std::chrono::steady_clock::time_point deadline);
@@ -101,12 +116,42 @@ class InprocWorld : public std::enable_shared_from_this<InprocWorld> {
     std::atomic<int> cpu{-1};
   };
 
+  // Matches settle() made, acted on after the lane lock is released: transfers this thread does
+  // at once and owners to wake (a big transfer is claimed by the first owner to wait).
+  struct Matches {
+    static constexpr int kCapacity = 8;
+    std::array<std::pair<inproc::PendingOp*, inproc::PendingOp*>, kCapacity> transfers{};
+    int count = 0;
+    std::array<int, 2 * kCapacity> wakes{};
+    int wake_count = 0;
+  };
+
   Lane& lane(int dest, int source) {
     return lanes_[static_cast<std::size_t>(dest) * static_cast<std::size_t>(size_) +
                   static_cast<std::size_t>(source)];
   }
   void post_send(inproc::PendingOp* op);
   void post_recv(inproc::PendingOp* op);
+  // The (source, dest) fast box, created on first use; existing_box: null before that.
+  inproc::FastBox& box(int source, int dest);
+  inproc::FastBox* existing_box(int source, int dest) const {
+    return boxes_[static_cast<std::size_t>(dest) * static_cast<std::size_t>(size_) +
+                  static_cast<std::size_t>(source)]
+        .load(std::memory_order_acquire);
+  }
+  // Under the lane lock: while the oldest queued receive of `tag` has a message (the
+  // lowest-numbered of the fast box and the queued sends), matches them. Fast-box messages are
+  // delivered here; lane matches are left in `matches` for run().
+  void settle(Lane& l, int source, int dest, std::uint64_t tag, Matches& matches);
+  void run(Matches& matches);
+  // Copies (or reduces) a fast-box message into `recv` and completes it; under the lane lock.
+  void deliver_fast(inproc::FastBox& box, const inproc::FastBox::Message& message,
+                    inproc::PendingOp& recv);
+  // A receive still pending whose pair's fast box holds a message of its tag (a hint: settle()
+  // decides under the lock).
+  bool fast_pending(const inproc::PendingOp& op) const;
+  // Settles `op`'s tag under its lane lock (a waiter that saw fast_pending).
+  void settle_for(inproc::PendingOp& op);
   // Links a matched pair so that either owner can claim the transfer later; under the lane lock.
   static void link(inproc::PendingOp* send, inproc::PendingOp* recv);
   // Claims the transfer of a matched op (either side) and does it; false if already claimed.
@@ -129,6 +174,7 @@ class InprocWorld : public std::enable_shared_from_this<InprocWorld> {
 
   int size_;
   std::unique_ptr<Lane[]> lanes_;  // size x size, index dest x size + source
+  std::unique_ptr<std::atomic<inproc::FastBox*>[]> boxes_;  // the same index; owned
   std::unique_ptr<Waker[]> wakers_;
   std::unique_ptr<CpuSlot[]> cpus_;
   std::unique_ptr<std::atomic<bool>[]> aborted_;

@@ -69,6 +69,18 @@ TEST(CostModelTest, HalvingDoublingIsTheSeedsLogPLatencyAllreduce) {
               1e-12);
 }
 
+TEST(CostModelTest, ShortHalvingDoublingIsRecursiveDoubling) {
+  // Up to kRecursiveDoublingBytes the whole buffer is exchanged log2 P times: one message
+  // latency per round instead of two.
+  for (int p : {2, 4, 8}) {
+    const double n = 64;
+    EXPECT_NEAR(allreduce_cost("halving-doubling", p, n, kModel, kSegment),
+                std::log2(p) * (kModel.alpha + n * kModel.beta), 1e-15);
+  }
+  // So for a tiny allreduce on 2 ranks it beats the ring's two latencies, and auto takes it.
+  EXPECT_EQ(choose_allreduce(2, 4, kModel, kSegment), "halving-doubling");
+}
+
 TEST(CostModelTest, TreesHaveLogarithmicLatency) {
   // Seed 003, double binary tree: "log(P) rounds of communication".
   for (int p : {2, 4, 16, 64}) {

@@ -227,6 +227,10 @@ struct Communicator::AutoModel {
   std::string failure;  // the probe's error; later calls report it
   AlphaBeta model;
   std::set<std::string, std::less<>> logged;  // choices already logged
+  // The last choice, so that a run of equal calls (a training loop's buckets, a benchmark) skips
+  // the model, the lock and the log check: bytes << 8 | (1 + index into
+  // auto_allreduce_candidates()); 0 = none yet. Written only once the model is ready.
+  std::atomic<std::uint64_t> last_choice{0};
 };
 
 Communicator::Communicator(std::shared_ptr<Transport> transport, CommOptions options)
@@ -525,10 +529,22 @@ void Communicator::run_allreduce(const Call& call, Channel& channel, Traffic& ex
   }
   if (algorithm.name == kAutoAllreduce) {
     if (size() == 1 || call.count == 0) return;
+    const auto exact_bytes = static_cast<std::uint64_t>(call.count) * dtype_size(call.dtype);
+    const auto candidates = auto_allreduce_candidates();
+    const std::uint64_t cached = auto_->last_choice.load(std::memory_order_acquire);
+    if (!call.probe && cached != 0 && cached >> 8 == exact_bytes) {
+      find_allreduce_algorithm(candidates[(cached & 0xff) - 1])
+          .run(channel, call.output, call.count, call.dtype, call.op);
+      return;
+    }
     const AlphaBeta model = auto_model(call, channel.deadline() - call.timeout);
-    const double bytes =
-        static_cast<double>(call.count) * static_cast<double>(dtype_size(call.dtype));
+    const auto bytes = static_cast<double>(exact_bytes);
     const std::string_view chosen = choose_allreduce(size(), bytes, model, options_.segment_bytes);
+    for (std::size_t k = 0; k < candidates.size(); ++k) {
+      if (candidates[k] == chosen && exact_bytes < (std::uint64_t{1} << 56)) {
+        auto_->last_choice.store(exact_bytes << 8 | (k + 1), std::memory_order_release);
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(auto_->mu);
       // Rank 0 speaks for all: every rank makes the same choice.

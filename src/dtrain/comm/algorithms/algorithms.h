@@ -25,6 +25,8 @@ void allreduce_parameter_server(Channel& channel, void* data, std::int64_t count
 void allreduce_sharded_ps(Channel& channel, void* data, std::int64_t count, DType dtype,
                           ReduceOp op);
 void allreduce_tree(Channel& channel, void* data, std::int64_t count, DType dtype, ReduceOp op);
+// Buffers up to kRecursiveDoublingBytes use recursive doubling (allreduce_halving_doubling.cc).
+inline constexpr std::size_t kRecursiveDoublingBytes = 2048;
 void allreduce_halving_doubling(Channel& channel, void* data, std::int64_t count, DType dtype,
                                 ReduceOp op);
 void allreduce_double_binary_tree(Channel& channel, void* data, std::int64_t count, DType dtype,

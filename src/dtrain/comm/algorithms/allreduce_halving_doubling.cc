@@ -12,12 +12,20 @@
 // 3. Recursive doubling allgather: the same exchanges in reverse order, each rank sending its
 //    reduced range and receiving the partner's, so ranges double back to the whole buffer.
 // 4. Unfold: each odd rank r < 2 rem sends the result to the even rank r - 1.
+// Short buffers (at most kRecursiveDoublingBytes, or fewer elements than p') replace 2-3 with
+// recursive doubling of the whole buffer (MPICH's short-message allreduce): for distance 1, 2,
+// .., p'/2 a rank exchanges everything it holds with its partner and reduces, so log2 p' rounds
+// instead of 2 log2 p', each of one message per rank. For P = 2 that is a single exchange: both
+// values cross at once, one message latency where a reduce-then-send-back takes two. Every rank
+// combines the same two partial results in each round (a op b on one side, b op a on the other,
+// equal for the commutative ops), so all ranks end with identical bits.
 //
-// Cost: 2 log2(p') alpha + 2(p' - 1)/p' N beta + (p' - 1)/p' N gamma, plus 2(alpha + N beta) +
-// N gamma for the fold and unfold when P is not a power of two.
+// Cost: 2 log2(p') alpha + 2(p' - 1)/p' N beta + (p' - 1)/p' N gamma (short buffers: log2(p')
+// (alpha + N beta + N gamma)), plus 2(alpha + N beta) + N gamma for the fold and unfold when P is
+// not a power of two.
 #include <cstddef>
-#include <utility>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "dtrain/comm/algorithms/algorithms.h"
@@ -35,7 +43,8 @@ void allreduce_halving_doubling(Channel& channel, void* data, std::int64_t count
   auto size_of = [&](std::int64_t n) { return static_cast<std::size_t>(n) * element; };
   // Scratch for received halves: kept per thread and only grown, neither zero-filled nor freshly
   // mapped per call (at 64 MiB a new zeroed vector cost more than the exchange itself: 233 vs
-  // 73 ms per call, docs/MPI.md). Each thread runs one collective at a time, so one buffer suffices.
+  // 73 ms per call, docs/MPI.md). Each thread runs one collective at a time, so one buffer
+  // suffices.
   thread_local std::vector<std::byte> scratch;
   if (scratch.size() < size_of(count)) scratch.resize(size_of(count));
   std::span<std::byte> incoming(scratch.data(), size_of(count));
@@ -61,7 +70,14 @@ void allreduce_halving_doubling(Channel& channel, void* data, std::int64_t count
     return renumbered < rem ? renumbered * 2 + 1 : renumbered + rem;
   };
 
-  if (new_rank >= 0) {
+  if (new_rank >= 0 && (size_of(count) <= kRecursiveDoublingBytes || count < power)) {
+    // 2-3 for short buffers: recursive doubling of the whole buffer.
+    for (int distance = 1; distance < power; distance *= 2) {
+      const int partner = real_rank(new_rank ^ distance);
+      channel.send_recv(partner, data, size_of(count), partner, incoming.data(), size_of(count));
+      reduce_into(data, incoming.data(), count, dtype, op);
+    }
+  } else if (new_rank >= 0) {
     // 2. Recursive halving; `ranges` remembers each round's range for the doubling.
     std::int64_t lo = 0;
     std::int64_t hi = count;

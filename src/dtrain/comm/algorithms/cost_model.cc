@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "dtrain/base/error.h"
+#include "dtrain/comm/algorithms/algorithms.h"
 
 namespace dtrain::comm {
 namespace {
@@ -52,6 +53,9 @@ double allreduce_cost(std::string_view algorithm, int ranks, double bytes, const
     while (power * 2 <= ranks) power *= 2;
     const double q = power;
     const double fold = power == ranks ? 0.0 : 2 * (a + n * b);
+    if (n <= static_cast<double>(kRecursiveDoublingBytes)) {
+      return std::log2(q) * (a + n * b) + fold;  // recursive doubling of the whole buffer
+    }
     return 2 * std::log2(q) * a + 2 * (q - 1) / q * n * b + fold;
   }
   if (algorithm == "double-binary-tree") {

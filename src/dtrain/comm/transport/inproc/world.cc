@@ -217,10 +217,10 @@ void InprocWorld::deliver_fast(inproc::FastBox& box, const inproc::FastBox::Mess
   const bool fits = recv.reduce ? bytes == recv.bytes : bytes <= recv.bytes;
   if (!fits) {
     box.consume(message);
-    fail(recv, fmt::format("rank {} -> rank {} (tag {:#x}): message of {} bytes does not fit the "
-                           "{} of {} bytes; both ranks must pass the same count and dtype",
+    fail(recv, fmt::format("rank {} -> rank {} (tag {:#x}): message of {} bytes but the {} {} "
+                           "bytes; both ranks must pass the same count and dtype",
                            recv.source, recv.dest, recv.tag, bytes,
-                           recv.reduce ? "reducing receive, which takes exactly" : "receive buffer",
+                           recv.reduce ? "reducing receive takes exactly" : "receive buffer holds",
                            recv.bytes));
     return;
   }

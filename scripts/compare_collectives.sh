@@ -6,7 +6,9 @@
 #     (--no-pin);
 #   - the mpi transport under mpirun, np = 2 and 4: ring, halving-doubling, native at 4, 16, 64 MiB;
 #   - Open MPI 4.1's MPI_Allreduce (../shared/peers/src/mpi_coll_bench.c) at the same sizes;
-#   - 2-thread memcpy (../shared/peers/src/memcpy_bw.c), the bound's unit.
+#   - 2-thread memcpy (../shared/peers/src/memcpy_bw.c), the bound's unit;
+#   - the core-to-core cache-line round trip (build/bench/core_ping_pong_bench; the "time" column,
+#     in us), which tells the VM's fast state (~0.12) from its slow one (~0.4-0.5).
 # Rounds alternate the runs; the summary gives medians [min-max] of busbw (GB/s) and time.
 # Usage: scripts/compare_collectives.sh [ROUNDS]   (default 3; needs build/dtrain)
 set -euo pipefail
@@ -41,6 +43,12 @@ for round in $(seq "$ROUNDS"); do
     mpirun --oversubscribe -np "$np" "$OUT/mpi_coll_bench" allreduce 4,4194304,16777216,67108864 0.3 \
       | awk -F, '{print "openmpi MPI_Allreduce", $2, $3, $5, $7}' >> "$OUT/results.txt"
   done
+  # The VM's state (docs/PERFORMANCE.md): one cache line's round trip between the first two CPUs.
+  if [[ -x "$ROOT/build/bench/core_ping_pong_bench" ]]; then
+    "$ROOT/build/bench/core_ping_pong_bench" --benchmark_format=csv 2>/dev/null \
+      | awk -F, '/BM_CoreRoundTrip/ {print "probe core-round-trip 2 64", $3/1e3, 0}' \
+      >> "$OUT/results.txt"
+  fi
   "$OUT/memcpy_bw" 2 64 10 | sed 's/.*copy_GBps_median=\([0-9.]*\).*/memcpy 2-threads 2 67108864 0 \1/' \
     >> "$OUT/results.txt"
 done

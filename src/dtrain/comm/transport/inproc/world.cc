@@ -296,20 +296,18 @@ void InprocWorld::post_send(PendingOp* op) {
     fail(*op, std::move(*error));
     return;
   }
-  if (op->bytes <= kEagerBytes && l.recvs.find(op->tag) == nullptr) {
-    // No receive waits: the op itself waits in the queue with a copy of the bytes (the queue
-    // holds a reference), so the caller's send is complete at once and its buffer free.
+  l.sends.push_back(op);
+  settle(l, op->source, op->dest, op->tag, matches);
+  if (op->queued && op->bytes <= kEagerBytes) {
+    // Not matched (no receive waits, or the waiting one took an older fast-box message): the op
+    // itself waits in the queue with a copy of the bytes (the queue holds a reference), so the
+    // caller's small send is complete at once and its buffer free.
     if (op->bytes > 0) std::memcpy(op->eager.data(), op->send_data, op->bytes);
     op->send_data = op->eager.data();
     op->buffered = true;
     inproc::retain(op);
-    l.sends.push_back(op);
     op->state.store(OpState::kDone, std::memory_order_release);
-    l.lock.unlock();
-    return;
   }
-  l.sends.push_back(op);
-  settle(l, op->source, op->dest, op->tag, matches);
   l.lock.unlock();
   run(matches);
 }

@@ -159,6 +159,47 @@ TEST_P(CollectivesTest, ReduceScatterEveryOp) {
       test_options());
 }
 
+// The in-place block forms a sharded optimizer uses: block r of the buffer (blocks.h, uneven when
+// P does not divide the count) ends up reduced at rank r, then allgather_blocks hands every block
+// back to everyone.
+TEST_P(CollectivesTest, ReduceScatterBlocksThenAllgatherBlocksInPlace) {
+  const int ranks = GetParam();
+  spawn_ranks(
+      ranks,
+      [&](Communicator& comm) {
+        for (std::int64_t count : counts_for(ranks)) {
+          for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16, DType::kI64}) {
+            for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+              auto data = testing::make_buffer(count, dtype);
+              testing::fill_contribution(data, comm.rank(), ranks, count, dtype, op);
+              comm.reduce_scatter_blocks(data.data(), count, dtype, op);
+              const std::int64_t begin = count * comm.rank() / ranks;
+              const std::int64_t end = count * (comm.rank() + 1) / ranks;
+              for (std::int64_t i = begin; i < end; ++i) {
+                ASSERT_EQ(testing::load(dtype, data.data(), i),
+                          testing::expected(ranks, i, dtype, op))
+                    << "P=" << ranks << " " << dtype_name(dtype) << " " << reduce_op_name(op)
+                    << " i " << i;
+              }
+              comm.allgather_blocks(data.data(), count, dtype);
+              for (std::int64_t i = 0; i < count; ++i) {
+                ASSERT_EQ(testing::load(dtype, data.data(), i),
+                          testing::expected(ranks, i, dtype, op))
+                    << "after allgather_blocks: P=" << ranks << " " << dtype_name(dtype) << " "
+                    << reduce_op_name(op) << " i " << i;
+              }
+            }
+          }
+        }
+        // The asynchronous forms, and a block layout that leaves ranks empty (count < P).
+        std::vector<float> small(1, static_cast<float>(comm.rank() + 1));
+        comm.reduce_scatter_blocks_async(small.data(), 1, DType::kF32, ReduceOp::kSum).wait(30s);
+        comm.allgather_blocks_async(small.data(), 1, DType::kF32).wait(30s);
+        EXPECT_EQ(small[0], static_cast<float>(ranks * (ranks + 1) / 2));
+      },
+      test_options());
+}
+
 // Element i of block b sent by rank r in scatter / gather / alltoall: distinct per (r, b, i) and
 // exact in every dtype (integers below 256 fit f16, bf16 and u8).
 double block_value(int rank, int block, std::int64_t i) {

@@ -164,6 +164,17 @@ TEST(Config, CrossKeyChecks) {
               HasSubstr("schedule.step_size"));
   EXPECT_THAT(config_error([] { parse_config("[data]\nsynthetic_shape = [1, 8]\n", "run.toml"); }),
               HasSubstr("3 sizes (C, H, W)"));
+  // ZeRO-1 shards only allreduce training, and cuts tensors, which LARS's norms cannot take.
+  EXPECT_THAT(config_error([] {
+                parse_config("[parallel]\nzero_stage = 1\nstrategy = \"ps\"\n", "run.toml");
+              }),
+              HasSubstr("shards the optimizer of allreduce training"));
+  EXPECT_THAT(config_error([] {
+                parse_config("[parallel]\nzero_stage = 1\n[optim]\nname = \"lars\"\n", "run.toml");
+              }),
+              HasSubstr("a ZeRO shard"));
+  EXPECT_THAT(config_error([] { parse_config("[parallel]\nzero_stage = 2\n", "run.toml"); }),
+              HasSubstr("zero_stage"));
 }
 
 TEST(Config, MalformedTomlNamesFileAndLine) {

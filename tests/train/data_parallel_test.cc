@@ -15,6 +15,7 @@
 #include "dtrain/base/thread_pool.h"
 #include "dtrain/comm/algorithms/algorithms.h"
 #include "dtrain/comm/spawn_ranks.h"
+#include "dtrain/train/checkpoint.h"
 #include "dtrain/train/launch.h"
 #include "dtrain/train/trainer.h"
 #include "parallel_training_fixture.h"
@@ -170,6 +171,84 @@ TEST_F(DataParallelTest, WritesPerRankFiguresAndATrace) {
     }
   }
   EXPECT_FALSE(last_epoch.empty());
+}
+
+// ZeRO-1: reduce-scatter + update of 1/P + allgather is a ring allreduce's arithmetic followed by
+// an element-wise update: the replicated ring run's numbers to rounding (the sum's grouping and
+// the update loop's vector/scalar split depend on the block borders), the single worker's
+// trajectory like every algorithm, and bitwise the same with overlap on or off.
+TEST_F(DataParallelTest, ShardedOptimizerFollowsTheRingAllreduceRun) {
+  for (const char* optimizer : {"sgd", "adam"}) {
+    Config config = mlp_config();
+    config.optim.name = optimizer;
+    if (config.optim.name == "adam") {
+      config.optim.momentum = 0.0;
+      config.optim.lr = 0.01;
+    }
+    const std::vector<float> reference = single(config);
+    for (int ranks : {2, 3, 4}) {
+      Config replicated = config;
+      replicated.parallel.allreduce = "ring";
+      const std::vector<float> ring = allreduce_training(replicated, ranks);
+      for (std::int64_t fusion : {std::int64_t{0}, std::int64_t{256}, std::int64_t{1} << 20}) {
+        Config c = config;
+        c.parallel.zero_stage = 1;
+        c.parallel.fusion_bytes = fusion;
+        const std::vector<float> sharded = allreduce_training(c, ranks);
+        const std::string what = fmt::format("{}, {} ranks, fusion {}", optimizer, ranks, fusion);
+        EXPECT_LT(relative_difference(sharded, ring), 1e-6) << what;
+        EXPECT_LT(relative_difference(sharded, reference), 1e-5) << what;
+        c.parallel.overlap = false;
+        EXPECT_EQ(allreduce_training(c, ranks), sharded) << what << ", overlap off";
+      }
+    }
+  }
+}
+
+// The checkpoint of a sharded run holds the whole optimizer state, the same bytes as a replicated
+// run's, so either kind of run resumes the other and continues on the same trajectory.
+TEST_F(DataParallelTest, ShardedOptimizerCheckpointsTheWholeStateAndResumesEitherWay) {
+  Config config = mlp_config();
+  config.train.epochs = 1;
+  auto train = [&](Config c, const std::string& run_dir, bool resume) {
+    c.parallel.workers = 3;
+    std::vector<float> params;
+    comm::spawn_ranks(
+        3,
+        [&](comm::Communicator& comm) {
+          ScopedComputePool pool(1);
+          TrainerOptions options{run_dir, resume, true, stderr, nullptr, nullptr};
+          options.comm = &comm;
+          Trainer trainer(c, options);
+          trainer.run();
+          if (comm.rank() == 0) {
+            const auto& store = trainer.model().store();
+            params.assign(store.params(), store.params() + store.num_params());
+          }
+        },
+        comm_options());
+    return params;
+  };
+  Config sharded = config;
+  sharded.parallel.zero_stage = 1;
+  const std::string replicated_dir = dir("replicated");
+  const std::string sharded_dir = dir("sharded");
+  train(config, replicated_dir, false);
+  train(sharded, sharded_dir, false);
+  const Checkpoint a = read_checkpoint(replicated_dir + "/checkpoints/epoch-1.ckpt");
+  const Checkpoint b = read_checkpoint(sharded_dir + "/checkpoints/epoch-1.ckpt");
+  ASSERT_EQ(a.optimizer_state.size(), 1u);
+  ASSERT_EQ(b.optimizer_state.size(), 1u);
+  EXPECT_EQ(b.optimizer_state[0].name, a.optimizer_state[0].name);
+  EXPECT_EQ(b.optimizer_state[0].values, a.optimizer_state[0].values);
+  EXPECT_EQ(b.params, a.params);
+  // Epoch 2 resumed crosswise: a sharded run from the replicated checkpoint and vice versa.
+  config.train.epochs = 2;
+  sharded.train.epochs = 2;
+  const std::vector<float> sharded_from_replicated = train(sharded, replicated_dir, true);
+  const std::vector<float> replicated_from_sharded = train(config, sharded_dir, true);
+  EXPECT_EQ(sharded_from_replicated, replicated_from_sharded);
+  EXPECT_EQ(sharded_from_replicated, allreduce_training(config, 3));
 }
 
 TEST_F(DataParallelTest, RanksWithDifferentConfigsAreNamed) {

@@ -13,6 +13,7 @@
 #include "dtrain/base/log.h"
 #include "dtrain/base/timer.h"
 #include "dtrain/comm/algorithms/algorithms.h"
+#include "dtrain/comm/algorithms/blocks.h"
 #include "dtrain/comm/algorithms/channel.h"
 #include "dtrain/comm/algorithms/cost_model.h"
 #include "dtrain/comm/comm_error.h"
@@ -61,6 +62,8 @@ std::string_view kind_name(Kind kind) {
     case Kind::kGather: return "gather";
     case Kind::kAlltoall: return "alltoall";
     case Kind::kSplit: return "split";
+    case Kind::kReduceScatterBlocks: return "reduce_scatter_blocks";
+    case Kind::kAllgatherBlocks: return "allgather_blocks";
   }
   return "?";
 }
@@ -75,6 +78,8 @@ std::string_view fixed_algorithm(Kind kind) {
     case Kind::kGather: return "binomial";
     case Kind::kAllgather:
     case Kind::kReduceScatter:
+    case Kind::kReduceScatterBlocks:
+    case Kind::kAllgatherBlocks:
     case Kind::kSplit: return "ring";
     case Kind::kAlltoall: return "pairwise";
     case Kind::kAllreduce: break;
@@ -83,7 +88,8 @@ std::string_view fixed_algorithm(Kind kind) {
 }
 
 bool reduces(Kind kind) {
-  return kind == Kind::kAllreduce || kind == Kind::kReduce || kind == Kind::kReduceScatter;
+  return kind == Kind::kAllreduce || kind == Kind::kReduce || kind == Kind::kReduceScatter ||
+         kind == Kind::kReduceScatterBlocks;
 }
 bool rooted(Kind kind) {
   return kind == Kind::kBroadcast || kind == Kind::kReduce || kind == Kind::kScatter ||
@@ -492,6 +498,18 @@ void Communicator::execute(const Call& call, Channel& channel, Traffic& extra) {
       if (call.op == ReduceOp::kAvg) divide_by(call.output, call.count, call.dtype, ranks);
       return;
     }
+    case Kind::kReduceScatterBlocks: {
+      reduce_scatter_ring(channel, call.output, call.count, call.dtype, call.op);
+      if (call.op == ReduceOp::kAvg) {
+        const std::int64_t begin = block_begin(call.count, ranks, rank());
+        divide_by(static_cast<std::byte*>(call.output) + static_cast<std::size_t>(begin) * element,
+                  block_size(call.count, ranks, rank()), call.dtype, ranks);
+      }
+      return;
+    }
+    case Kind::kAllgatherBlocks:
+      allgather_ring(channel, call.output, call.count, call.dtype);
+      return;
   }
   throw InternalError("Communicator::execute: unknown collective");
 }
@@ -749,6 +767,16 @@ void Communicator::reduce_scatter(const void* input, void* output, std::int64_t 
   run(make_call(Kind::kReduceScatter, input, output, count, dtype, op, 0, options));
 }
 
+void Communicator::reduce_scatter_blocks(void* data, std::int64_t count, DType dtype, ReduceOp op,
+                                         const CollectiveOptions& options) {
+  run(make_call(Kind::kReduceScatterBlocks, data, data, count, dtype, op, 0, options));
+}
+
+void Communicator::allgather_blocks(void* data, std::int64_t count, DType dtype,
+                                    const CollectiveOptions& options) {
+  run(make_call(Kind::kAllgatherBlocks, data, data, count, dtype, ReduceOp::kSum, 0, options));
+}
+
 void Communicator::scatter(const void* input, void* output, std::int64_t count, DType dtype,
                            int root, const CollectiveOptions& options) {
   run(make_call(Kind::kScatter, input, output, count, dtype, ReduceOp::kSum, root, options));
@@ -860,6 +888,17 @@ Work Communicator::reduce_scatter_async(const void* input, void* output, std::in
                                         DType dtype, ReduceOp op,
                                         const CollectiveOptions& options) {
   return submit(make_call(Kind::kReduceScatter, input, output, count, dtype, op, 0, options));
+}
+
+Work Communicator::reduce_scatter_blocks_async(void* data, std::int64_t count, DType dtype,
+                                               ReduceOp op, const CollectiveOptions& options) {
+  return submit(make_call(Kind::kReduceScatterBlocks, data, data, count, dtype, op, 0, options));
+}
+
+Work Communicator::allgather_blocks_async(void* data, std::int64_t count, DType dtype,
+                                          const CollectiveOptions& options) {
+  return submit(
+      make_call(Kind::kAllgatherBlocks, data, data, count, dtype, ReduceOp::kSum, 0, options));
 }
 
 }  // namespace dtrain::comm

@@ -149,6 +149,16 @@ class Communicator {
   // input: (P x count); output: (count), the reduction of block r of every rank's input.
   void reduce_scatter(const void* input, void* output, std::int64_t count, DType dtype, ReduceOp op,
                       const CollectiveOptions& options = {});
+  // In place over near-equal blocks (comm/algorithms/blocks.h: block b is [count b / P,
+  // count (b + 1) / P)), as a sharded optimizer (ZeRO-1) uses them: on return block r of `data`
+  // at rank r holds the reduction of block r over all ranks; the other blocks hold partial sums.
+  // Ring, so (P - 1)/P x count elements sent per rank, no scratch. kAvg divides block r only.
+  void reduce_scatter_blocks(void* data, std::int64_t count, DType dtype, ReduceOp op,
+                             const CollectiveOptions& options = {});
+  // In place, the inverse: rank r contributes block r of `data`; on return every block holds its
+  // owner's values on every rank. Ring: (P - 1)/P x count elements sent per rank.
+  void allgather_blocks(void* data, std::int64_t count, DType dtype,
+                        const CollectiveOptions& options = {});
 
   // The same collectives on the communicator's background thread; buffers must stay valid until
   // the Work is done. Works complete in submission order. Argument errors throw here, at once.
@@ -171,6 +181,10 @@ class Communicator {
                        const CollectiveOptions& options = {});
   Work reduce_scatter_async(const void* input, void* output, std::int64_t count, DType dtype,
                             ReduceOp op, const CollectiveOptions& options = {});
+  Work reduce_scatter_blocks_async(void* data, std::int64_t count, DType dtype, ReduceOp op,
+                                   const CollectiveOptions& options = {});
+  Work allgather_blocks_async(void* data, std::int64_t count, DType dtype,
+                              const CollectiveOptions& options = {});
 
   // The kinds of collective, as the header check names them.
   enum class Kind : std::uint8_t {
@@ -183,7 +197,9 @@ class Communicator {
     kScatter,
     kGather,
     kAlltoall,
-    kSplit
+    kSplit,
+    kReduceScatterBlocks,
+    kAllgatherBlocks
   };
 
  private:

@@ -7,6 +7,7 @@
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
 #include "dtrain/comm/comm_error.h"
+#include "dtrain/parallel/optimizer_shards.h"
 
 namespace dtrain::parallel {
 
@@ -21,6 +22,54 @@ GradientSynchronizer::GradientSynchronizer(comm::Communicator& comm, nn::Model& 
   timings_.resize(buckets_.size());
   collective_.algorithm = options_.algorithm;
   collective_.check_header = options_.check_headers;
+  if (options_.shard_optimizer) {
+    shard_ =
+        parallel::shard_segments(model.store().param_entries(), buckets_, comm.rank(), comm.size());
+  }
+}
+
+const char* GradientSynchronizer::gradient_collective() const {
+  return options_.shard_optimizer ? "reduce-scatter" : "allreduce";
+}
+
+void GradientSynchronizer::reduce(std::size_t bucket, bool async) {
+  const GradientBucket& b = buckets_[bucket];
+  float* grads = model_.store().grads() + b.offset;
+  if (options_.shard_optimizer) {
+    comm::CollectiveOptions ring = collective_;
+    ring.algorithm.clear();  // reduce_scatter_blocks has one algorithm (ring)
+    if (async) {
+      works_.push_back(comm_.reduce_scatter_blocks_async(grads, b.count, DType::kF32,
+                                                         comm::ReduceOp::kSum, ring));
+    } else {
+      comm_.reduce_scatter_blocks(grads, b.count, DType::kF32, comm::ReduceOp::kSum, ring);
+    }
+  } else if (async) {
+    works_.push_back(
+        comm_.allreduce_async(grads, b.count, DType::kF32, comm::ReduceOp::kSum, collective_));
+  } else {
+    comm_.allreduce(grads, b.count, DType::kF32, comm::ReduceOp::kSum, collective_);
+  }
+}
+
+std::pair<BucketTiming::Clock::time_point, BucketTiming::Clock::time_point>
+GradientSynchronizer::gather_parameters() {
+  if (!options_.shard_optimizer) {
+    throw InternalError("GradientSynchronizer::gather_parameters without shard_optimizer");
+  }
+  const auto start = BucketTiming::Clock::now();
+  comm::CollectiveOptions ring = collective_;
+  ring.algorithm.clear();
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    const GradientBucket& b = buckets_[i];
+    try {
+      comm_.allgather_blocks(model_.store().params() + b.offset, b.count, DType::kF32, ring);
+    } catch (const Error& e) {
+      throw comm::CommError(fmt::format("rank {}: allgather of parameter bucket {} ({}): {}",
+                                        comm_.rank(), i, b.name, e.what()));
+    }
+  }
+  return {start, BucketTiming::Clock::now()};
 }
 
 void GradientSynchronizer::begin_step() {
@@ -38,10 +87,8 @@ void GradientSynchronizer::on_layer_done(std::size_t layer) {
 }
 
 void GradientSynchronizer::launch(std::size_t bucket) {
-  const GradientBucket& b = buckets_[bucket];
   timings_[bucket].launched = BucketTiming::Clock::now();
-  works_.push_back(comm_.allreduce_async(model_.store().grads() + b.offset, b.count, DType::kF32,
-                                         comm::ReduceOp::kSum, collective_));
+  reduce(bucket, /*async=*/true);
   ++launched_;
 }
 
@@ -59,19 +106,20 @@ void GradientSynchronizer::wait_for(std::size_t bucket) {
       return;
     } catch (const comm::CommTimeoutError& e) {
       if (work.done()) {  // the allreduce itself failed
-        throw comm::CommError(fmt::format("rank {}: allreduce of gradient bucket {} ({}): {}",
-                                          comm_.rank(), bucket, b.name, e.what()));
+        throw comm::CommError(fmt::format("rank {}: {} of gradient bucket {} ({}): {}",
+                                          comm_.rank(), gradient_collective(), bucket, b.name,
+                                          e.what()));
       }
       waited += slice;
       if (waited >= hard_limit) throw;
       log::warn(
-          "stall: rank {} has waited {:.1f} s for the allreduce of gradient bucket {} ({}, {} "
+          "stall: rank {} has waited {:.1f} s for the {} of gradient bucket {} ({}, {} "
           "bytes); another rank is late or stopped (the communicator fails the step after {} s)",
-          comm_.rank(), static_cast<double>(waited.count()) / 1e3, bucket, b.name, b.count * 4,
-          static_cast<double>(comm_.options().timeout.count()) / 1e3);
+          comm_.rank(), static_cast<double>(waited.count()) / 1e3, gradient_collective(), bucket,
+          b.name, b.count * 4, static_cast<double>(comm_.options().timeout.count()) / 1e3);
     } catch (const Error& e) {
-      throw comm::CommError(fmt::format("rank {}: allreduce of gradient bucket {} ({}): {}",
-                                        comm_.rank(), bucket, b.name, e.what()));
+      throw comm::CommError(fmt::format("rank {}: {} of gradient bucket {} ({}): {}", comm_.rank(),
+                                        gradient_collective(), bucket, b.name, e.what()));
     }
   }
 }
@@ -86,11 +134,11 @@ void GradientSynchronizer::finish() {
       const GradientBucket& b = buckets_[i];
       timings_[i].launched = timings_[i].started = BucketTiming::Clock::now();
       try {
-        comm_.allreduce(model_.store().grads() + b.offset, b.count, DType::kF32,
-                        comm::ReduceOp::kSum, collective_);
+        reduce(i, /*async=*/false);
       } catch (const Error& e) {
-        throw comm::CommError(fmt::format("rank {}: allreduce of gradient bucket {} ({}): {}",
-                                          comm_.rank(), i, b.name, e.what()));
+        throw comm::CommError(fmt::format("rank {}: {} of gradient bucket {} ({}): {}",
+                                          comm_.rank(), gradient_collective(), i, b.name,
+                                          e.what()));
       }
       timings_[i].finished = BucketTiming::Clock::now();
     }

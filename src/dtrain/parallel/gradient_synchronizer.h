@@ -22,11 +22,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtrain/comm/communicator.h"
 #include "dtrain/comm/work.h"
 #include "dtrain/nn/model.h"
+#include "dtrain/optim/optimizer.h"
 #include "dtrain/parallel/gradient_buckets.h"
 
 namespace dtrain::parallel {
@@ -46,6 +48,11 @@ struct DataParallelOptions {
   // per bucket. The buckets agree by construction once the ranks have compared their parameter
   // layouts (rank_agreement.h), so it can go; the deadline still ends any stall.
   bool check_headers = true;
+  // ZeRO stage 1 (optimizer_shards.h): reduce-scatter each bucket instead of allreducing it, so
+  // that rank r holds the summed gradients of block r of every bucket; the caller updates those
+  // blocks only (shard_segments()) and then calls gather_parameters(). Uses ring collectives
+  // whatever `algorithm` says.
+  bool shard_optimizer = false;
 };
 
 struct BucketTiming {
@@ -73,14 +80,25 @@ class GradientSynchronizer {
   // Seconds finish() blocked in the last step.
   double wait_seconds() const { return wait_seconds_; }
 
+  // With shard_optimizer: this rank's part of the parameters (optimizer segments), and the
+  // allgather of every bucket's parameter blocks after the sharded update (blocking, on the
+  // calling thread); returns its start and end for the trace. Rethrows with the bucket named.
+  const std::vector<optim::Segment>& shard_segments() const { return shard_; }
+  std::pair<BucketTiming::Clock::time_point, BucketTiming::Clock::time_point> gather_parameters();
+  // "allreduce" or "reduce-scatter": what each bucket's gradients go through.
+  const char* gradient_collective() const;
+
  private:
   void launch(std::size_t bucket);
   void wait_for(std::size_t bucket);
+  // Starts (async) or runs bucket's allreduce, or its reduce-scatter with shard_optimizer.
+  void reduce(std::size_t bucket, bool async);
 
   comm::Communicator& comm_;
   nn::Model& model_;
   DataParallelOptions options_;
   std::vector<GradientBucket> buckets_;
+  std::vector<optim::Segment> shard_;   // with shard_optimizer
   comm::CollectiveOptions collective_;  // of every bucket's allreduce, built once
   std::vector<comm::Work> works_;
   std::vector<BucketTiming> timings_;

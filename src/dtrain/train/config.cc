@@ -245,6 +245,10 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "check_headers", &p.check_headers,
        "check each gradient allreduce's arguments across ranks (a round trip through rank 0; "
        "layouts are compared at start either way)"},
+      {"parallel", "zero_stage", &p.zero_stage,
+       "ZeRO stage: 0 replicates the optimizer on every rank (DDP); 1 shards its state and update "
+       "over the ranks (reduce-scatter gradients, update 1/P, allgather parameters)",
+       0, 1},
       {"parallel", "straggler", &p.straggler,
        "injected slowness: rank=R,slowdown=S, rank=R,delay_ms=D or random=exp|pareto,mean_ms=M "
        "(\"\" = none)"},
@@ -633,6 +637,19 @@ void validate_impl(const Config& config, const Origins& origins) {
         "config key 'optim.name' = \"lars\" ({}) needs whole-tensor norms, which a parameter "
         "server's key range does not hold; use sgd, adam or adamw with parallel.strategy = \"ps\"",
         where("optim.name")));
+  }
+  if (par.zero_stage > 0 && par.strategy != "allreduce") {
+    throw ConfigError(fmt::format(
+        "config key 'parallel.zero_stage' = {} ({}) shards the optimizer of allreduce training; "
+        "parallel.strategy = \"{}\" keeps its own state (set zero_stage = 0)",
+        par.zero_stage, where("parallel.zero_stage"), par.strategy));
+  }
+  if (par.zero_stage > 0 && config.optim.name == "lars") {
+    throw ConfigError(fmt::format(
+        "config key 'optim.name' = \"lars\" ({}) needs whole-tensor norms, which a ZeRO shard "
+        "does not hold (it may cut a tensor); use sgd, adam or adamw with parallel.zero_stage = "
+        "{}, or zero_stage = 0",
+        where("optim.name"), par.zero_stage));
   }
   try {
     parse_straggler(config.parallel.straggler);

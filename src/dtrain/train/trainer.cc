@@ -15,6 +15,7 @@
 #include "dtrain/base/timer.h"
 #include "dtrain/data/shuffled_sampler.h"
 #include "dtrain/nn/loss.h"
+#include "dtrain/parallel/optimizer_shards.h"
 #include "dtrain/parallel/rank_agreement.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/checkpoint_dir.h"
@@ -115,11 +116,6 @@ Trainer::Trainer(Config config, TrainerOptions options)
   model_ = nn::build_model(
       model_spec(config_.model, data_->train.sample_shape(), data_->train.num_classes));
   model_->init(static_cast<std::uint64_t>(config_.train.seed));
-  std::vector<optim::Segment> segments;
-  for (const auto& entry : model_->store().param_entries()) {
-    segments.push_back({entry.name, entry.offset, entry.numel, entry.weight_decay});
-  }
-  optimizer_ = optim::make_optimizer(optimizer_config(config_.optim), std::move(segments));
   if (options_.comm != nullptr) {
     comm::Communicator& comm = *options_.comm;
     rank_ = comm.rank();
@@ -141,11 +137,22 @@ Trainer::Trainer(Config config, TrainerOptions options)
     dp.fusion_bytes = config_.parallel.fusion_bytes;
     dp.overlap = config_.parallel.overlap;
     dp.check_headers = config_.parallel.check_headers;
+    dp.shard_optimizer = config_.parallel.zero_stage >= 1;
     dp.stall_warning = std::chrono::milliseconds(
         static_cast<std::int64_t>(config_.parallel.stall_warning_seconds * 1000.0));
     sync_ = std::make_unique<parallel::GradientSynchronizer>(comm, *model_, dp);
     if (config_.parallel.sync_batch_norm) bn_reducer_ = parallel::sync_batch_norm(*model_, comm);
   }
+  // The optimizer updates every parameter, or with ZeRO-1 this rank's shard only.
+  std::vector<optim::Segment> segments;
+  if (sharded()) {
+    segments = sync_->shard_segments();
+  } else {
+    for (const auto& entry : model_->store().param_entries()) {
+      segments.push_back({entry.name, entry.offset, entry.numel, entry.weight_decay});
+    }
+  }
+  optimizer_ = optim::make_optimizer(optimizer_config(config_.optim), std::move(segments));
   // Steps per epoch: full batches, plus the last partial one when every rank gets at least one
   // sample of each micro-batch (data parallelism skips a smaller remainder on all ranks alike).
   const std::int64_t batch = config_.train.batch_size;
@@ -183,6 +190,22 @@ std::int64_t ps_tickets_per_epoch(const Config& config, std::int64_t workers,
                                   std::int64_t train_samples) {
   const std::int64_t local = ps_local_batch(config, workers);
   return (train_samples + local - 1) / local;
+}
+
+bool Trainer::sharded() const { return sync_ != nullptr && sync_->options().shard_optimizer; }
+
+std::vector<optim::StateTensor> Trainer::full_optimizer_state() {
+  std::vector<optim::StateTensor> state = optimizer_->state();
+  if (!sharded()) return state;
+  // Each rank holds its shard's state; the sum of the zero-filled expansions is the whole (every
+  // element is non-zero on one rank at most), the same layout as an unsharded run's.
+  for (optim::StateTensor& tensor : state) {
+    tensor.values =
+        parallel::expand_state(optimizer_->segments(), tensor.values, model_->store().num_params());
+    options_.comm->allreduce(tensor.values.data(), static_cast<std::int64_t>(tensor.values.size()),
+                             DType::kF32, comm::ReduceOp::kSum);
+  }
+  return state;
 }
 
 bool Trainer::ticketed() const {
@@ -329,11 +352,25 @@ float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t>
   }
   const auto update_start = Clock::now();
   optimizer_->step(store.params(), store.grads(), schedule_->lr(step));
-  const auto step_end = Clock::now();
+  const auto update_end = Clock::now();
   if (trace_.enabled()) {
-    trace_.add("optimizer", "compute", TraceRecorder::kComputeThread, update_start, step_end,
+    trace_.add(sharded() ? "optimizer (shard)" : "optimizer", "compute",
+               TraceRecorder::kComputeThread, update_start, update_end,
                fmt::format(R"({{"step":{}}})", step));
   }
+  if (sharded()) {
+    // ZeRO-1: every rank updated its shard; the allgather hands the new parameters to all.
+    const auto [gather_start, gather_end] = sync_->gather_parameters();
+    const double seconds = std::chrono::duration<double>(gather_end - gather_start).count();
+    last_step_.comm += seconds;
+    last_step_.waiting += seconds;
+    if (trace_.enabled()) {
+      trace_.add("allgather parameters", "comm", TraceRecorder::kComputeThread, gather_start,
+                 gather_end,
+                 fmt::format(R"({{"step":{},"bytes":{}}})", step, store.num_params() * 4));
+    }
+  }
+  const auto step_end = Clock::now();
   last_step_.total = std::chrono::duration<double>(step_end - step_start).count();
   if (correct != nullptr) *correct = correct_sum;
   return static_cast<float>(loss_sum / static_cast<double>(std::max<std::int64_t>(local, 1)));
@@ -423,8 +460,13 @@ RunSummary Trainer::run() {
     }
     restore_into(checkpoint, model_->store(), path);
     std::vector<optim::StateTensor> state;
-    for (const auto& named : checkpoint.optimizer_state)
-      state.push_back({named.name, named.values});
+    for (const auto& named : checkpoint.optimizer_state) {
+      // ZeRO-1: this rank's shard of the full state (a length mismatch is reported by load_state).
+      const bool whole = std::ssize(named.values) == model_->store().num_params();
+      state.push_back({named.name, sharded() && whole
+                                       ? parallel::pack_state(optimizer_->segments(), named.values)
+                                       : named.values});
+    }
     try {
       optimizer_->load_state(state, checkpoint.optimizer_steps);
     } catch (const CheckpointError& e) {
@@ -511,9 +553,10 @@ RunSummary Trainer::run() {
       c.scalars.emplace_back(tta_scalar(targets.targets()[i]), reached ? *reached : kNotReached);
     }
     capture_from(model_->store(), c);
-    for (auto& state : optimizer_->state()) {
+    for (auto& state : full_optimizer_state()) {
       c.optimizer_state.push_back({std::move(state.name), std::move(state.values)});
     }
+    if (!writer) return;
     checkpoints.save(c, epochs_done);
   };
 
@@ -735,7 +778,8 @@ RunSummary Trainer::run() {
     progress.end_epoch(record);
     const bool last = epoch + 1 == t.epochs;
     // Parameter-server runs keep no checkpoints: the optimizer state lives on the servers.
-    if (writer && options_.ps == nullptr &&
+    // With ZeRO-1 every rank takes part (the optimizer state is gathered); rank 0 writes.
+    if ((writer || sharded()) && options_.ps == nullptr &&
         (last || (t.checkpoint_every > 0 && (epoch + 1) % t.checkpoint_every == 0))) {
       save(epoch + 1);
     }

@@ -134,6 +134,10 @@ class Trainer {
   // Async / ssp: the batches are tickets handed out by server 0 (ps_local_batch); true while the
   // run has more.
   bool ticketed() const;
+  // ZeRO-1: the optimizer holds this rank's shard (parallel/optimizer_shards.h).
+  bool sharded() const;
+  // The optimizer state of the whole model (gathered over the ranks when sharded: collective).
+  std::vector<optim::StateTensor> full_optimizer_state();
   // Seconds spent in the last train_step, split (see StepTimes).
   struct StepTimes {
     double total = 0.0;    // the whole step

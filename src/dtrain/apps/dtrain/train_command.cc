@@ -29,6 +29,7 @@ struct TrainFlags {
   std::string allreduce;
   std::int64_t fusion_bytes = -1;
   bool no_overlap = false;
+  std::int64_t zero_stage = -1;
   bool sync_bn = false;
   std::string straggler;
   std::int64_t servers = 0;
@@ -54,6 +55,8 @@ Examples:
   dtrain train --config examples/fashion_mlp.toml --workers 2 --allreduce ring
                                                      # data parallel: 2 ranks as threads
   dtrain train --config examples/fashion_mlp.toml --workers 2 --no-overlap --fusion-bytes 0
+  dtrain train --config examples/fashion_mlp.toml --workers 2 --zero-stage 1
+                                                     # ZeRO-1: each rank updates half the model
   dtrain train --config examples/hogwild_sparse.toml --strategy hogwild --workers 2
                                                      # Hogwild!: 2 threads, no locks
   dtrain train --config examples/fashion_mlp.toml --strategy ps --consistency async \
@@ -97,6 +100,9 @@ int run_train(const TrainFlags& flags) {
     overrides.push_back(fmt::format("parallel.fusion_bytes={}", flags.fusion_bytes));
   }
   if (flags.no_overlap) overrides.push_back("parallel.overlap=false");
+  if (flags.zero_stage >= 0) {
+    overrides.push_back(fmt::format("parallel.zero_stage={}", flags.zero_stage));
+  }
   if (flags.sync_bn) overrides.push_back("parallel.sync_batch_norm=true");
   if (!flags.straggler.empty()) {
     overrides.push_back(fmt::format("parallel.straggler=\"{}\"", flags.straggler));
@@ -180,6 +186,11 @@ Command add_train_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--no-overlap", flags->no_overlap,
                 "allreduce the gradients after backward instead of during it");
+  sub->add_option("--zero-stage", flags->zero_stage,
+                  "1: shard the optimizer over the ranks (ZeRO-1: reduce-scatter the gradients, "
+                  "each rank updates 1/P of the parameters and keeps 1/P of the optimizer state, "
+                  "allgather the parameters); 0: every rank updates everything (default)")
+      ->check(CLI::Range(0, 1));
   sub->add_flag("--sync-bn", flags->sync_bn, "batch-norm statistics over all ranks");
   sub->add_option("--straggler", flags->straggler,
                   "inject slowness for experiments: rank=R,slowdown=S, rank=R,delay_ms=D or "

@@ -4,9 +4,12 @@
 # 0.9, 10 test evaluations per epoch (the recipe of ../shared/peers/scripts/ddp_fmnist.py):
 #   - PyTorch DDP, gloo, 2 processes x 1 thread (ddp_fmnist.py, until 88% test accuracy);
 #   - dtrain 1 worker, 2 workers (ring), 2 workers without overlap, 2 workers with one bucket per
-#     tensor, each 1 compute thread per worker, 8 epochs.
+#     tensor, 2 workers with the optimizer sharded (ZeRO-1, with and without overlap), each 1
+#     compute thread per worker, 8 epochs.
 # Rounds alternate the runs so that machine noise hits all; the summary gives medians of
-# samples/s (training time only) and of the training time to 85% and 88% test accuracy.
+# samples/s (training time only) and of the training time to 85% and 88% test accuracy, and the
+# median over rounds of each run's samples/s over the same round's 1-worker run (noise that hits a
+# whole round cancels in the ratio).
 # Usage: scripts/compare_ddp.sh [ROUNDS]   (default 3; needs python3-torch and build/dtrain)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,10 +29,11 @@ dtrain_run() {  # dtrain_run LABEL ARGS...
   "$DTRAIN" train --config "$ROOT/examples/fashion_mlp.toml" --quiet --out "$dir" \
     --set train.epochs="$EPOCHS" --set train.eval_every_steps=47 --set train.checkpoint_every=0 \
     --set parallel.trace_steps=0 "$@"
-  python3 - "$dir" "$label" >> "$OUT/results.jsonl" <<'PY'
+  python3 - "$dir" "$label" "$round" >> "$OUT/results.jsonl" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1] + "/summary.json"))
-print(json.dumps({"who": sys.argv[2], "samples_per_second": s["train_samples_per_second"],
+print(json.dumps({"who": sys.argv[2], "round": int(sys.argv[3]),
+                  "samples_per_second": s["train_samples_per_second"],
                   "tta85": s["time_to_accuracy"].get("0.85"), "tta88": s["time_to_accuracy"].get("0.88")}))
 PY
 }
@@ -41,12 +45,15 @@ for round in $(seq "$ROUNDS"); do
     2>/dev/null | python3 -c '
 import json, sys
 r = json.loads(sys.stdin.readline())
-print(json.dumps({"who": "pytorch-ddp-2", "samples_per_second": r["samples_per_s_median"],
-                  "tta85": r["time_to_85_s"], "tta88": r["time_to_88_s"]}))' >> "$OUT/results.jsonl"
+print(json.dumps({"who": "pytorch-ddp-2", "round": int(sys.argv[1]),
+                  "samples_per_second": r["samples_per_s_median"],
+                  "tta85": r["time_to_85_s"], "tta88": r["time_to_88_s"]}))' "$round" >> "$OUT/results.jsonl"
   dtrain_run dtrain-1 --workers 1
   dtrain_run dtrain-2 --workers 2
   dtrain_run dtrain-2-no-overlap --workers 2 --no-overlap
   dtrain_run dtrain-2-per-tensor --workers 2 --fusion-bytes 0
+  dtrain_run dtrain-2-zero1 --workers 2 --zero-stage 1
+  dtrain_run dtrain-2-zero1-no-overlap --workers 2 --zero-stage 1 --no-overlap
 done
 
 python3 - "$OUT/results.jsonl" <<'PY'
@@ -58,10 +65,17 @@ def med(who, key):
 ddp = med("pytorch-ddp-2", "samples_per_second")
 one = med("dtrain-1", "samples_per_second")
 ddp88 = med("pytorch-ddp-2", "tta88")
-print("| run | samples/s | / dtrain 1 worker | / DDP | time to 85% (s) | time to 88% (s) | DDP's 88% time / this |")
-print("|---|---|---|---|---|---|---|")
-for who in ("pytorch-ddp-2", "dtrain-1", "dtrain-2", "dtrain-2-no-overlap", "dtrain-2-per-tensor"):
+def round_ratio(who):  # median over rounds of who / dtrain-1 in the same round
+    base = {r["round"]: r["samples_per_second"] for r in rows if r["who"] == "dtrain-1"}
+    xs = [r["samples_per_second"] / base[r["round"]] for r in rows
+          if r["who"] == who and r.get("round") in base]
+    return statistics.median(xs) if xs else float("nan")
+print("| run | samples/s | / dtrain 1 worker | same-round ratio | / DDP | time to 85% (s) | time to 88% (s) | DDP's 88% time / this |")
+print("|---|---|---|---|---|---|---|---|")
+for who in ("pytorch-ddp-2", "dtrain-1", "dtrain-2", "dtrain-2-no-overlap", "dtrain-2-per-tensor",
+            "dtrain-2-zero1", "dtrain-2-zero1-no-overlap"):
     s = med(who, "samples_per_second")
     t88 = med(who, "tta88")
-    print(f"| {who} | {s:,.0f} | {s / one:.2f} | {s / ddp:.2f} | {med(who, 'tta85'):.2f} | {t88:.2f} | {ddp88 / t88:.2f} |")
+    print(f"| {who} | {s:,.0f} | {s / one:.2f} | {round_ratio(who):.2f} | {s / ddp:.2f} | "
+          f"{med(who, 'tta85'):.2f} | {t88:.2f} | {ddp88 / t88:.2f} |")
 PY

@@ -268,6 +268,10 @@ float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t>
   const std::int64_t micro_batches = std::min(config_.train.accumulate_steps, local);
   nn::ParamStore& store = model_->store();
   store.zero_grads();
+  if (trace_.enabled()) {
+    trace_.add("zero gradients", "compute", TraceRecorder::kComputeThread, step_start, Clock::now(),
+               fmt::format(R"({{"step":{}}})", step));
+  }
   if (sync_) sync_->begin_step();
   double loss_sum = 0.0;
   std::int64_t correct_sum = 0;
@@ -339,8 +343,8 @@ float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t>
       const auto& t = sync_->timings()[b];
       last_step_.comm += std::chrono::duration<double>(t.finished - t.started).count();
       if (trace_.enabled()) {
-        trace_.add(fmt::format("allreduce {}", buckets[b].name), "comm", TraceRecorder::kCommThread,
-                   t.started, t.finished,
+        trace_.add(fmt::format("{} {}", sync_->gradient_collective(), buckets[b].name), "comm",
+                   TraceRecorder::kCommThread, t.started, t.finished,
                    fmt::format(R"({{"step":{},"bucket":{},"bytes":{},"algorithm":"{}"}})", step, b,
                                buckets[b].count * 4, config_.parallel.allreduce));
       }
@@ -682,10 +686,15 @@ RunSummary Trainer::run() {
       const std::int64_t share_begin = next->begin;
       const std::int64_t share = next->size;
       Stopwatch step_clock;
+      const auto load_start = TraceRecorder::Clock::now();
       data::gather_batch(data_->train,
                          std::span(order).subspan(static_cast<std::size_t>(share_begin),
                                                   static_cast<std::size_t>(share)),
                          x, y);
+      if (trace_.enabled()) {
+        trace_.add("load batch", "data", TraceRecorder::kComputeThread, load_start,
+                   TraceRecorder::Clock::now(), fmt::format(R"({{"step":{}}})", global_step));
+      }
       std::int64_t correct = 0;
       const double lr = schedule_->lr(global_step);
       if (global_step >= trace_until) trace_.stop();

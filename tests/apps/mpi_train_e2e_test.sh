@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end under mpirun: `mpirun -np 2 dtrain train` (one rank per process, MPI transport) and
 # `mpirun -np 2 dtrain train --workers 2` (2 x 2 ranks, threads and processes, with the
-# hierarchical allreduce) follow the one-worker run; a process that fails stops the whole job
-# at once with its error, not after a deadline.
+# hierarchical allreduce) follow the one-worker run, and so does `mpirun -np 2 dtrain train
+# --workers 2 --zero-stage 1` (the optimizer sharded over 4 ranks, threads and processes); a
+# process that fails stops the whole job at once with its error, not after a deadline.
 # Usage: bash mpi_train_e2e_test.sh /path/to/dtrain   (run by ctest as apps.mpi_train_e2e_test)
 set -euo pipefail
 DTRAIN=$(realpath "$1")
@@ -22,16 +23,18 @@ timeout 120 "${MPIRUN[@]}" -np 2 "$DTRAIN" train --config examples/synthetic_qui
   --allreduce halving-doubling --out "$TMP/procs" || fail "mpirun -np 2 failed"
 timeout 120 "${MPIRUN[@]}" -np 2 "$DTRAIN" train --config examples/synthetic_quick.toml --quiet \
   --workers 2 --allreduce hierarchical --out "$TMP/hybrid" || fail "mpirun -np 2 --workers 2 failed"
-python3 - "$TMP/one" "$TMP/procs" "$TMP/hybrid" <<'PY' || fail "MPI runs differ from the 1-worker run"
+timeout 120 "${MPIRUN[@]}" -np 2 "$DTRAIN" train --config examples/synthetic_quick.toml --quiet \
+  --workers 2 --zero-stage 1 --out "$TMP/zero" || fail "mpirun -np 2 --workers 2 --zero-stage 1 failed"
+python3 - "$TMP/one" "$TMP/procs" "$TMP/hybrid" "$TMP/zero" <<'PY' || fail "MPI runs differ from the 1-worker run"
 import json, sys
-one, procs, hybrid = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
-for run, ranks, transport in ((procs, 2, "mpi"), (hybrid, 4, "hybrid")):
+one, procs, hybrid, zero = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
+for run, ranks, transport in ((procs, 2, "mpi"), (hybrid, 4, "hybrid"), (zero, 4, "hybrid")):
     p = run["parallel"]
     assert p["ranks"] == ranks and p["transport"] == transport, p
     assert abs(run["final_train_loss"] - one["final_train_loss"]) <= 1e-4 * max(1, one["final_train_loss"]), (run["final_train_loss"], one["final_train_loss"])
     assert abs(run["final_test_accuracy"] - one["final_test_accuracy"]) <= 0.002
 PY
-echo "ok: mpirun -np 2 (mpi) and -np 2 --workers 2 (hybrid) follow the 1-worker run"
+echo "ok: mpirun -np 2 (mpi), -np 2 --workers 2 (hybrid) and the same with ZeRO-1 follow the 1-worker run"
 
 # A process that fails (its data path does not exist on "its host") stops the job promptly.
 start=$(date +%s)

@@ -22,6 +22,8 @@ GradientSynchronizer::GradientSynchronizer(comm::Communicator& comm, nn::Model& 
   timings_.resize(buckets_.size());
   collective_.algorithm = options_.algorithm;
   collective_.check_header = options_.check_headers;
+  block_collective_ = collective_;
+  block_collective_.algorithm.clear();  // the block collectives have one algorithm (ring)
   if (options_.shard_optimizer) {
     shard_ =
         parallel::shard_segments(model.store().param_entries(), buckets_, comm.rank(), comm.size());
@@ -36,13 +38,12 @@ void GradientSynchronizer::reduce(std::size_t bucket, bool async) {
   const GradientBucket& b = buckets_[bucket];
   float* grads = model_.store().grads() + b.offset;
   if (options_.shard_optimizer) {
-    comm::CollectiveOptions ring = collective_;
-    ring.algorithm.clear();  // reduce_scatter_blocks has one algorithm (ring)
     if (async) {
       works_.push_back(comm_.reduce_scatter_blocks_async(grads, b.count, DType::kF32,
-                                                         comm::ReduceOp::kSum, ring));
+                                                         comm::ReduceOp::kSum, block_collective_));
     } else {
-      comm_.reduce_scatter_blocks(grads, b.count, DType::kF32, comm::ReduceOp::kSum, ring);
+      comm_.reduce_scatter_blocks(grads, b.count, DType::kF32, comm::ReduceOp::kSum,
+                                  block_collective_);
     }
   } else if (async) {
     works_.push_back(
@@ -58,12 +59,11 @@ GradientSynchronizer::gather_parameters() {
     throw InternalError("GradientSynchronizer::gather_parameters without shard_optimizer");
   }
   const auto start = BucketTiming::Clock::now();
-  comm::CollectiveOptions ring = collective_;
-  ring.algorithm.clear();
   for (std::size_t i = 0; i < buckets_.size(); ++i) {
     const GradientBucket& b = buckets_[i];
     try {
-      comm_.allgather_blocks(model_.store().params() + b.offset, b.count, DType::kF32, ring);
+      comm_.allgather_blocks(model_.store().params() + b.offset, b.count, DType::kF32,
+                             block_collective_);
     } catch (const Error& e) {
       throw comm::CommError(fmt::format("rank {}: allgather of parameter bucket {} ({}): {}",
                                         comm_.rank(), i, b.name, e.what()));

@@ -98,8 +98,9 @@ class GradientSynchronizer {
   nn::Model& model_;
   DataParallelOptions options_;
   std::vector<GradientBucket> buckets_;
-  std::vector<optim::Segment> shard_;   // with shard_optimizer
-  comm::CollectiveOptions collective_;  // of every bucket's allreduce, built once
+  std::vector<optim::Segment> shard_;         // with shard_optimizer
+  comm::CollectiveOptions collective_;        // of every bucket's allreduce, built once
+  comm::CollectiveOptions block_collective_;  // the same for reduce_scatter/allgather_blocks
   std::vector<comm::Work> works_;
   std::vector<BucketTiming> timings_;
   std::size_t launched_ = 0;  // buckets [0, launched_) are in flight

@@ -526,10 +526,12 @@ RunSummary Trainer::run() {
   if (sync_) {
     const auto& buckets = sync_->buckets();
     progress.message(fmt::format(
-        "data parallel: {} ranks ({} per process), allreduce {}, {} gradient buckets of <= {} "
-        "bytes, overlap {}, batch norm {}",
-        world_, config_.parallel.workers, config_.parallel.allreduce, buckets.size(),
-        config_.parallel.fusion_bytes, config_.parallel.overlap ? "on" : "off",
+        "data parallel: {} ranks ({} per process), {}, {} gradient buckets of <= {} bytes, "
+        "overlap {}, batch norm {}",
+        world_, config_.parallel.workers,
+        sharded() ? "optimizer sharded (ZeRO-1: ring reduce-scatter, update 1/P, allgather)"
+                  : "allreduce " + config_.parallel.allreduce,
+        buckets.size(), config_.parallel.fusion_bytes, config_.parallel.overlap ? "on" : "off",
         config_.parallel.sync_batch_norm ? "synchronized" : "per rank"));
   }
   if (options_.resume) {
@@ -855,6 +857,7 @@ RunSummary Trainer::run() {
         {"fusion_bytes", config_.parallel.fusion_bytes},
         {"buckets", sync_->buckets().size()},
         {"overlap", config_.parallel.overlap},
+        {"zero_stage", config_.parallel.zero_stage},
         {"sync_batch_norm", config_.parallel.sync_batch_norm},
         {"mean_compute_seconds", compute / p},
         {"mean_comm_seconds", comm_seconds / p},

@@ -10,10 +10,9 @@ namespace dtrain::comm {
 
 // Whether rank threads are bound to CPUs: rank r to the (r mod n)-th CPU this process may use, as
 // mpirun's default --bind-to core does for np <= 2. kFromEnvironment reads DTRAIN_PIN_RANKS
-// (default off: training ranks share their cores with communication threads and compute pools);
-// kWhenRanksFit pins when n is at most the CPUs this process may use (benchmarks, where only the
-// rank threads run: unpinned threads get stacked on one core after wake-ups, which costs
-// microseconds per small message, docs/INPROC.md).
+// (default off); kWhenRanksFit pins when n is at most the CPUs this process may use (benchmarks,
+// and training ranks with one compute thread each: unpinned threads get stacked on one core after
+// wake-ups, sometimes for a whole run, docs/INPROC.md).
 enum class RankPinning { kFromEnvironment, kWhenRanksFit, kNever };
 
 // Calls fn(communicator) on n threads, rank r's communicator on thread r. When a rank throws, the

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 
+#include "dtrain/base/env.h"
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
 #include "dtrain/base/thread_pool.h"
@@ -19,6 +20,19 @@
 
 namespace dtrain::train {
 namespace {
+
+// Rank threads with one compute thread each are bound to distinct CPUs when they fit (rank r on
+// the r-th CPU this process may use): left free, the scheduler sometimes stacks both ranks of a
+// 2-CPU machine on one core for a whole run (measured: 3 of 6 unpinned 2-worker runs at 92-106k
+// samples/s with both rank threads on CPU 0, against 7 of 8 pinned runs at 130-131k;
+// docs/PARALLEL.md). Not pinned: ranks with a compute pool (its threads would inherit the one
+// CPU), more ranks than CPUs, parameter-server runs (colocated servers are extra threads of
+// workers). DTRAIN_PIN_RANKS, when set, decides instead (1: pin, 0: never).
+comm::RankPinning rank_pinning(const Config& config) {
+  if (env::get("DTRAIN_PIN_RANKS").has_value()) return comm::RankPinning::kFromEnvironment;
+  const bool alone = config.parallel.strategy == "allreduce" && config.train.threads == 1;
+  return alone ? comm::RankPinning::kWhenRanksFit : comm::RankPinning::kNever;
+}
 
 comm::CommOptions comm_options(const Config& config) {
   comm::CommOptions options;
@@ -103,7 +117,7 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
       [&](comm::Communicator& comm) {
         train_rank(comm, config, options, data, summary, summary_mutex);
       },
-      comm_options(config));
+      comm_options(config), rank_pinning(config));
   return summary;
 }
 

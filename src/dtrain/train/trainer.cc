@@ -346,7 +346,8 @@ float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t>
         trace_.add(fmt::format("{} {}", sync_->gradient_collective(), buckets[b].name), "comm",
                    TraceRecorder::kCommThread, t.started, t.finished,
                    fmt::format(R"({{"step":{},"bucket":{},"bytes":{},"algorithm":"{}"}})", step, b,
-                               buckets[b].count * 4, config_.parallel.allreduce));
+                               buckets[b].count * 4,
+                               sharded() ? std::string("ring") : config_.parallel.allreduce));
       }
     }
     if (trace_.enabled()) {

@@ -33,6 +33,16 @@ bool FastBox::try_publish(std::uint64_t tag, const void* data, std::size_t bytes
 }
 
 FastBox::Message FastBox::oldest(std::uint64_t tag) const {
+  // Senders publish without the lane lock, so one pass over the slots is not a snapshot: it can
+  // read slot(k) just before message k is published and then, further on, see message k + 1,
+  // published meanwhile, and take it first (a FIFO violation; found under ThreadSanitizer). Every
+  // message numbered below one the first pass saw was published before that one, so a second
+  // pass sees them all; consumers hold the lane lock, so what the first pass found is still there.
+  if (!lowest(tag)) return Message{};
+  return lowest(tag);
+}
+
+FastBox::Message FastBox::lowest(std::uint64_t tag) const {
   Message best;
   for (std::size_t i = 0; i < kFastSlots; ++i) {
     const std::uint64_t number = slots_[i].number.load(std::memory_order_seq_cst);

@@ -75,6 +75,10 @@ class FastBox {
     std::atomic<std::uint32_t> bytes{0};
   };
   static_assert(sizeof(Slot) == 64);
+
+  // One pass over the slots: the lowest-numbered message with `tag` seen (oldest() says why one
+  // pass is not enough).
+  Message lowest(std::uint64_t tag) const;
   static_assert(offsetof(Slot, payload) % 16 == 0);
 
   // Written by the source's threads only (under `lock`).

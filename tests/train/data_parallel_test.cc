@@ -210,31 +210,12 @@ TEST_F(DataParallelTest, ShardedOptimizerFollowsTheRingAllreduceRun) {
 TEST_F(DataParallelTest, ShardedOptimizerCheckpointsTheWholeStateAndResumesEitherWay) {
   Config config = mlp_config();
   config.train.epochs = 1;
-  auto train = [&](Config c, const std::string& run_dir, bool resume) {
-    c.parallel.workers = 3;
-    std::vector<float> params;
-    comm::spawn_ranks(
-        3,
-        [&](comm::Communicator& comm) {
-          ScopedComputePool pool(1);
-          TrainerOptions options{run_dir, resume, true, stderr, nullptr, nullptr};
-          options.comm = &comm;
-          Trainer trainer(c, options);
-          trainer.run();
-          if (comm.rank() == 0) {
-            const auto& store = trainer.model().store();
-            params.assign(store.params(), store.params() + store.num_params());
-          }
-        },
-        comm_options());
-    return params;
-  };
   Config sharded = config;
   sharded.parallel.zero_stage = 1;
   const std::string replicated_dir = dir("replicated");
   const std::string sharded_dir = dir("sharded");
-  train(config, replicated_dir, false);
-  train(sharded, sharded_dir, false);
+  allreduce_training(config, 3, replicated_dir);
+  allreduce_training(sharded, 3, sharded_dir);
   const Checkpoint a = read_checkpoint(replicated_dir + "/checkpoints/epoch-1.ckpt");
   const Checkpoint b = read_checkpoint(sharded_dir + "/checkpoints/epoch-1.ckpt");
   ASSERT_EQ(a.optimizer_state.size(), 1u);
@@ -245,8 +226,10 @@ TEST_F(DataParallelTest, ShardedOptimizerCheckpointsTheWholeStateAndResumesEithe
   // Epoch 2 resumed crosswise: a sharded run from the replicated checkpoint and vice versa.
   config.train.epochs = 2;
   sharded.train.epochs = 2;
-  const std::vector<float> sharded_from_replicated = train(sharded, replicated_dir, true);
-  const std::vector<float> replicated_from_sharded = train(config, sharded_dir, true);
+  const std::vector<float> sharded_from_replicated =
+      allreduce_training(sharded, 3, replicated_dir, /*resume=*/true);
+  const std::vector<float> replicated_from_sharded =
+      allreduce_training(config, 3, sharded_dir, /*resume=*/true);
   EXPECT_EQ(sharded_from_replicated, replicated_from_sharded);
   EXPECT_EQ(sharded_from_replicated, allreduce_training(config, 3));
 }

@@ -64,16 +64,18 @@ class ParallelTrainingTest : public ::testing::Test {
   }
 
   // Rank 0's parameters (checked equal on every rank) after `ranks` workers train `config` with
-  // allreduce, as threads.
-  std::vector<float> allreduce_training(Config config, int ranks) {
+  // allreduce, as threads, in `run_dir` (a fresh folder when empty), continuing its latest
+  // checkpoint when `resume`.
+  std::vector<float> allreduce_training(Config config, int ranks, std::string run_dir = "",
+                                        bool resume = false) {
     config.parallel.workers = ranks;
-    const std::string run_dir = dir("parallel");
+    if (run_dir.empty()) run_dir = dir("parallel");
     std::vector<std::vector<float>> params(static_cast<std::size_t>(ranks));
     comm::spawn_ranks(
         ranks,
         [&](comm::Communicator& comm) {
           ScopedComputePool pool(1);
-          TrainerOptions trainer_options{run_dir, false, true, stderr, nullptr, nullptr};
+          TrainerOptions trainer_options{run_dir, resume, true, stderr, nullptr, nullptr};
           trainer_options.comm = &comm;
           Trainer trainer(config, trainer_options);
           trainer.run();

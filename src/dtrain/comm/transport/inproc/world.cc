@@ -256,9 +256,7 @@ void InprocWorld::settle(Lane& l, int source, int dest, std::uint64_t tag, Match
       recv->state.store(OpState::kCopying, std::memory_order_relaxed);
       if (matches.count == Matches::kCapacity) {
         // Rare (a burst of queued pairs): move these bytes under the lock rather than allocate.
-        const bool buffered = send->buffered;
-        transfer(*send, *recv);
-        if (buffered) inproc::release(send);
+        transfer_matched(*send, *recv);
         continue;
       }
       matches.transfers[static_cast<std::size_t>(matches.count++)] = {send, recv};
@@ -276,13 +274,17 @@ void InprocWorld::settle(Lane& l, int source, int dest, std::uint64_t tag, Match
   }
 }
 
+void InprocWorld::transfer_matched(PendingOp& send, PendingOp& recv) {
+  // A rendezvous send may be freed by its owner as soon as transfer() completes it.
+  const bool buffered = send.buffered;
+  transfer(send, recv);
+  if (buffered) inproc::release(&send);
+}
+
 void InprocWorld::run(Matches& matches) {
   for (int k = 0; k < matches.count; ++k) {
     auto [send, recv] = matches.transfers[static_cast<std::size_t>(k)];
-    // A rendezvous send may be freed by its owner as soon as transfer() completes it.
-    const bool buffered = send->buffered;
-    transfer(*send, *recv);
-    if (buffered) inproc::release(send);
+    transfer_matched(*send, *recv);
   }
   for (int k = 0; k < matches.wake_count; ++k) wake(matches.wakes[static_cast<std::size_t>(k)]);
 }

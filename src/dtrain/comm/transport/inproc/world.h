@@ -160,6 +160,8 @@ class InprocWorld : public std::enable_shared_from_this<InprocWorld> {
   // Moves (copies or reduces) the message of `send` into `recv` and completes both, or fails both
   // when the sizes or types do not fit. Both are out of their queues; `recv` is claimed.
   void transfer(inproc::PendingOp& send, inproc::PendingOp& recv);
+  // transfer() of a pair settle() matched, then the queue's reference to a buffered send dropped.
+  void transfer_matched(inproc::PendingOp& send, inproc::PendingOp& recv);
   void complete(inproc::PendingOp& op, inproc::OpState state);
   void fail(inproc::PendingOp& op, std::string error);
   void wake(int rank);

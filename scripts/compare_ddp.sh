@@ -3,9 +3,10 @@
 # docs/PERFORMANCE.md: Fashion-MNIST MLP 784-256-256-10, global batch 128, SGD lr 0.1 momentum
 # 0.9, 10 test evaluations per epoch (the recipe of ../shared/peers/scripts/ddp_fmnist.py):
 #   - PyTorch DDP, gloo, 2 processes x 1 thread (ddp_fmnist.py, until 88% test accuracy);
-#   - dtrain 1 worker, 2 workers (ring), 2 workers without overlap, 2 workers with one bucket per
-#     tensor, 2 workers with the optimizer sharded (ZeRO-1: with overlap, without, and without
-#     overlap with the whole model in one bucket), each 1 compute thread per worker, 8 epochs.
+#   - dtrain 1 worker; 2 workers (ring) with overlap auto (the default: off when the ranks'
+#     communication threads have no CPUs of their own, as on a 2-CPU machine), on and off; 2
+#     workers with one bucket per tensor; 2 workers with the optimizer sharded (ZeRO-1: overlap
+#     auto, on, off, and the whole model in one bucket), each 1 compute thread per worker, 8 epochs.
 # Rounds alternate the runs so that machine noise hits all; the summary gives medians of
 # samples/s (training time only) and of the training time to 85% and 88% test accuracy, and the
 # median over rounds of each run's samples/s over the same round's 1-worker run (noise that hits a
@@ -50,12 +51,13 @@ print(json.dumps({"who": "pytorch-ddp-2", "round": int(sys.argv[1]),
                   "tta85": r["time_to_85_s"], "tta88": r["time_to_88_s"]}))' "$round" >> "$OUT/results.jsonl"
   dtrain_run dtrain-1 --workers 1
   dtrain_run dtrain-2 --workers 2
-  dtrain_run dtrain-2-no-overlap --workers 2 --no-overlap
+  dtrain_run dtrain-2-overlap --workers 2 --overlap true
+  dtrain_run dtrain-2-no-overlap --workers 2 --overlap false
   dtrain_run dtrain-2-per-tensor --workers 2 --fusion-bytes 0
   dtrain_run dtrain-2-zero1 --workers 2 --zero-stage 1
-  dtrain_run dtrain-2-zero1-no-overlap --workers 2 --zero-stage 1 --no-overlap
-  dtrain_run dtrain-2-zero1-one-bucket --workers 2 --zero-stage 1 --no-overlap \
-    --fusion-bytes 16777216
+  dtrain_run dtrain-2-zero1-overlap --workers 2 --zero-stage 1 --overlap true
+  dtrain_run dtrain-2-zero1-no-overlap --workers 2 --zero-stage 1 --overlap false
+  dtrain_run dtrain-2-zero1-one-bucket --workers 2 --zero-stage 1 --fusion-bytes 16777216
 done
 
 python3 - "$OUT/results.jsonl" <<'PY'
@@ -74,8 +76,9 @@ def round_ratio(who):  # median over rounds of who / dtrain-1 in the same round
     return statistics.median(xs) if xs else float("nan")
 print("| run | samples/s | / dtrain 1 worker | same-round ratio | / DDP | time to 85% (s) | time to 88% (s) | DDP's 88% time / this |")
 print("|---|---|---|---|---|---|---|---|")
-for who in ("pytorch-ddp-2", "dtrain-1", "dtrain-2", "dtrain-2-no-overlap", "dtrain-2-per-tensor",
-            "dtrain-2-zero1", "dtrain-2-zero1-no-overlap", "dtrain-2-zero1-one-bucket"):
+for who in ("pytorch-ddp-2", "dtrain-1", "dtrain-2", "dtrain-2-overlap", "dtrain-2-no-overlap",
+            "dtrain-2-per-tensor", "dtrain-2-zero1", "dtrain-2-zero1-overlap",
+            "dtrain-2-zero1-no-overlap", "dtrain-2-zero1-one-bucket"):
     s = med(who, "samples_per_second")
     t88 = med(who, "tta88")
     print(f"| {who} | {s:,.0f} | {s / one:.2f} | {round_ratio(who):.2f} | {s / ddp:.2f} | "

@@ -85,6 +85,21 @@ TEST(Config, OverridesParseByTheKeyType) {
   EXPECT_EQ(config.train.accuracy_targets, (std::vector<double>{0.9}));
 }
 
+TEST(Config, OverlapTakesAutoOrABoolean) {
+  EXPECT_EQ(parse_config("", "x.toml").parallel.overlap, "auto");
+  EXPECT_EQ(parse_config("[parallel]\noverlap = false\n", "x.toml").parallel.overlap, "false");
+  EXPECT_EQ(parse_config("[parallel]\noverlap = true\n", "x.toml").parallel.overlap, "true");
+  EXPECT_EQ(parse_config("[parallel]\noverlap = \"auto\"\n", "x.toml").parallel.overlap, "auto");
+  EXPECT_EQ(parse_config("", "x.toml", {"parallel.overlap=false"}).parallel.overlap, "false");
+  EXPECT_THAT(config_error([] { parse_config("[parallel]\noverlap = \"maybe\"\n", "x.toml"); }),
+              AllOf(HasSubstr("'parallel.overlap'"), HasSubstr("x.toml"), HasSubstr("\"auto\"")));
+  EXPECT_THAT(config_error([] { parse_config("[parallel]\noverlap = 1\n", "x.toml"); }),
+              HasSubstr("'parallel.overlap'"));
+  // Booleans only where "true" and "false" are among the choices.
+  EXPECT_THAT(config_error([] { parse_config("[optim]\nname = true\n", "x.toml"); }),
+              HasSubstr("'optim.name'"));
+}
+
 TEST(Config, LaterOverrideWins) {
   const Config config = parse_config("", "x.toml", {"train.epochs=2", "train.epochs=4"});
   EXPECT_EQ(config.train.epochs, 4);

@@ -84,7 +84,7 @@ TEST_F(DataParallelTest, FusionOverlapAndAccumulationGiveTheSameNumbers) {
   const Config config = mlp_config();
   const std::vector<float> reference = allreduce_training(config, 3);
   for (std::int64_t fusion : {std::int64_t{0}, std::int64_t{256}, std::int64_t{1} << 24}) {
-    for (bool overlap : {true, false}) {
+    for (const char* overlap : {"true", "false"}) {
       Config c = config;
       c.parallel.fusion_bytes = fusion;
       c.parallel.overlap = overlap;
@@ -105,8 +105,9 @@ TEST_F(DataParallelTest, FusionOverlapAndAccumulationGiveTheSameNumbers) {
 TEST_F(DataParallelTest, OverlapOnOrOffIsBitwiseEqual) {
   Config config = mlp_config();
   config.parallel.fusion_bytes = 256;
+  config.parallel.overlap = "true";
   const std::vector<float> with = allreduce_training(config, 2);
-  config.parallel.overlap = false;
+  config.parallel.overlap = "false";
   EXPECT_EQ(allreduce_training(config, 2), with);
 }
 
@@ -194,11 +195,12 @@ TEST_F(DataParallelTest, ShardedOptimizerFollowsTheRingAllreduceRun) {
         Config c = config;
         c.parallel.zero_stage = 1;
         c.parallel.fusion_bytes = fusion;
+        c.parallel.overlap = "true";
         const std::vector<float> sharded = allreduce_training(c, ranks);
         const std::string what = fmt::format("{}, {} ranks, fusion {}", optimizer, ranks, fusion);
         EXPECT_LT(relative_difference(sharded, ring), 1e-6) << what;
         EXPECT_LT(relative_difference(sharded, reference), 1e-5) << what;
-        c.parallel.overlap = false;
+        c.parallel.overlap = "false";
         EXPECT_EQ(allreduce_training(c, ranks), sharded) << what << ", overlap off";
       }
     }

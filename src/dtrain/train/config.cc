@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -233,7 +234,16 @@ std::vector<Field> fields(Config& c) {
       int_at_least("parallel", "fusion_bytes", &p.fusion_bytes,
                    "gradient bucket size in bytes (tensor fusion); 0 = one allreduce per tensor",
                    0),
-      {"parallel", "overlap", &p.overlap, "start bucket allreduces while backward runs"},
+      {"parallel",
+       "overlap",
+       &p.overlap,
+       "start bucket allreduces while backward runs (auto: when every rank's compute threads and "
+       "communication thread fit on this host's CPUs; docs/PARALLEL.md)",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"auto", "true", "false"}},
       {"parallel", "sync_batch_norm", &p.sync_batch_norm,
        "batch-norm statistics over all ranks (default: each rank's own)"},
       {"parallel", "stall_warning_seconds", &p.stall_warning_seconds,
@@ -394,6 +404,12 @@ std::optional<double> as_number(const toml::node& node) {
   return std::nullopt;
 }
 
+bool accepts_booleans(const Field& field) {
+  const auto& c = field.choices;
+  return std::find(c.begin(), c.end(), "true") != c.end() &&
+         std::find(c.begin(), c.end(), "false") != c.end();
+}
+
 // Stores `node` into the field's target, checking only the type (ranges come in validate()).
 void assign(const Field& field, const toml::node& node, const std::string& where) {
   struct Visitor {
@@ -401,6 +417,12 @@ void assign(const Field& field, const toml::node& node, const std::string& where
     const toml::node& node;
     const std::string& where;
     void operator()(std::string* v) const {
+      // A key whose choices include "true" and "false" (parallel.overlap) also takes a boolean.
+      const auto* b = node.as_boolean();
+      if (b != nullptr && accepts_booleans(field)) {
+        *v = b->get() ? "true" : "false";
+        return;
+      }
       const auto* s = node.as_string();
       if (s == nullptr) throw_type_error(field, node, where);
       *v = s->get();

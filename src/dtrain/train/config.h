@@ -109,7 +109,7 @@ struct ParallelSection {
   std::int64_t workers = 1;             // ranks as threads of each process
   std::string allreduce = "ring";       // a comm allreduce algorithm
   std::int64_t fusion_bytes = 1 << 20;  // gradient bucket size; 0 = one per tensor
-  bool overlap = true;                  // allreduce buckets while backward runs
+  std::string overlap = "auto";         // allreduce buckets while backward runs: auto|true|false
   bool sync_batch_norm = false;         // batch-norm statistics over all ranks
   double stall_warning_seconds = 10.0;  // warn when a bucket waits this long
   double comm_timeout_seconds = 0.0;    // deadline of every wait; 0 = DTRAIN_COMM_TIMEOUT_MS or 60

@@ -135,7 +135,10 @@ Trainer::Trainer(Config config, TrainerOptions options)
     parallel::DataParallelOptions dp;
     dp.algorithm = config_.parallel.allreduce;
     dp.fusion_bytes = config_.parallel.fusion_bytes;
-    dp.overlap = config_.parallel.overlap;
+    overlap_ = decide_overlap(config_.parallel.overlap,
+                              static_cast<int>(config_.parallel.workers) * processes_on_host(),
+                              static_cast<int>(config_.train.threads), cpus_available());
+    dp.overlap = overlap_.overlap;
     dp.check_headers = config_.parallel.check_headers;
     dp.shard_optimizer = config_.parallel.zero_stage >= 1;
     dp.stall_warning = std::chrono::milliseconds(
@@ -532,7 +535,7 @@ RunSummary Trainer::run() {
         world_, config_.parallel.workers,
         sharded() ? "optimizer sharded (ZeRO-1: ring reduce-scatter, update 1/P, allgather)"
                   : "allreduce " + config_.parallel.allreduce,
-        buckets.size(), config_.parallel.fusion_bytes, config_.parallel.overlap ? "on" : "off",
+        buckets.size(), config_.parallel.fusion_bytes, overlap_.reason,
         config_.parallel.sync_batch_norm ? "synchronized" : "per rank"));
   }
   if (options_.resume) {
@@ -857,7 +860,8 @@ RunSummary Trainer::run() {
         {"allreduce", config_.parallel.allreduce},
         {"fusion_bytes", config_.parallel.fusion_bytes},
         {"buckets", sync_->buckets().size()},
-        {"overlap", config_.parallel.overlap},
+        {"overlap", overlap_.overlap},
+        {"overlap_setting", config_.parallel.overlap},
         {"zero_stage", config_.parallel.zero_stage},
         {"sync_batch_norm", config_.parallel.sync_batch_norm},
         {"mean_compute_seconds", compute / p},

@@ -51,6 +51,7 @@
 #include "dtrain/ps/client.h"
 #include "dtrain/train/config.h"
 #include "dtrain/train/metrics.h"
+#include "dtrain/train/overlap_policy.h"
 #include "dtrain/train/run_data.h"
 #include "dtrain/train/straggler.h"
 #include "dtrain/train/trace.h"
@@ -157,6 +158,7 @@ class Trainer {
   tensor::Tensor dlogits_;
   tensor::Tensor one_hot_;
   std::unique_ptr<parallel::GradientSynchronizer> sync_;
+  OverlapDecision overlap_;  // parallel.overlap resolved for this host (overlap_policy.h)
   std::unique_ptr<parallel::SyncBatchNormReducer> bn_reducer_;
   StepTimes last_step_;
   std::int64_t dropped_steps_ = 0;  // bsp with backup workers: this worker's late gradients

@@ -28,6 +28,7 @@ struct TrainFlags {
   std::string strategy;
   std::string allreduce;
   std::int64_t fusion_bytes = -1;
+  std::string overlap;
   bool no_overlap = false;
   std::int64_t zero_stage = -1;
   bool sync_bn = false;
@@ -65,7 +66,8 @@ Examples:
                --straggler rank=2,slowdown=5         # sync SGD using the first 3 of 4 gradients
 
 Data parallelism: train.batch_size is the global batch, split over the ranks; gradients are
-averaged with the chosen allreduce in buckets of --fusion-bytes, overlapped with backward.
+averaged with the chosen allreduce in buckets of --fusion-bytes, overlapped with backward when
+every rank's compute threads and communication thread have CPUs of their own (--overlap).
 train.threads is the compute threads of each rank. See docs/PARALLEL.md.
 
 Parameter servers (--strategy ps, docs/PS.md): --servers ranks hold the parameters, key ranges
@@ -99,6 +101,7 @@ int run_train(const TrainFlags& flags) {
   if (flags.fusion_bytes >= 0) {
     overrides.push_back(fmt::format("parallel.fusion_bytes={}", flags.fusion_bytes));
   }
+  if (!flags.overlap.empty()) overrides.push_back("parallel.overlap=" + flags.overlap);
   if (flags.no_overlap) overrides.push_back("parallel.overlap=false");
   if (flags.zero_stage >= 0) {
     overrides.push_back(fmt::format("parallel.zero_stage={}", flags.zero_stage));
@@ -184,8 +187,15 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--fusion-bytes", flags->fusion_bytes,
                   "gradient bucket size in bytes; 0 = one allreduce per tensor")
       ->check(CLI::NonNegativeNumber);
+  auto* overlap =
+      sub->add_option("--overlap", flags->overlap,
+                      "allreduce gradient buckets during backward: auto (default: only when each "
+                      "rank's compute threads and communication thread fit on the CPUs), true, "
+                      "false")
+          ->check(CLI::IsMember({"auto", "true", "false"}));
   sub->add_flag("--no-overlap", flags->no_overlap,
-                "allreduce the gradients after backward instead of during it");
+                "the same as --overlap false: allreduce the gradients after backward")
+      ->excludes(overlap);
   sub->add_option("--zero-stage", flags->zero_stage,
                   "1: shard the optimizer over the ranks (ZeRO-1: reduce-scatter the gradients, "
                   "each rank updates 1/P of the parameters and keeps 1/P of the optimizer state, "

@@ -3,32 +3,47 @@
 // Overlap moves each bucket's allreduce onto the rank's communication thread, which only pays
 // when that thread has a CPU of its own: where the compute threads already take every CPU, the
 // communication thread time-slices with backward and its spin-waits steal the compute thread's
-// core. Measured on the 2-CPU development VM (Fashion-MNIST MLP, 2 workers, docs/PARALLEL.md):
-// overlap 96,570 samples/s against 118,304 without, so "auto" turns it off there.
+// core. Measured on the 2-CPU development VM (Fashion-MNIST MLP, 2 workers, docs/PERFORMANCE.md):
+// 92,612 samples/s with overlap against 106,677 without, so "auto" turns it off there.
 //
-// parallel.overlap = "auto" (the default) overlaps when
-//     cpus >= ranks_on_host x (threads_per_rank + 1)
-// (every rank's compute threads plus its communication thread fit on the CPUs this process may
-// use); "true" and "false" force it.
+// parallel.overlap = "auto" (the default) overlaps when every rank's compute threads plus its
+// communication thread fit both on this process's CPUs (its affinity mask: mpirun binds each
+// process to a core by default) and on the host's online CPUs:
+//     ranks_in_process  x (threads_per_rank + 1) <= process_cpus   and
+//     ranks_on_host     x (threads_per_rank + 1) <= host_cpus,
+// ranks_on_host = ranks_in_process x processes_on_host. "true" and "false" force it.
 #pragma once
 
 #include <string>
 
 namespace dtrain::train {
 
-struct OverlapDecision {
-  bool overlap = false;
-  std::string reason;  // for the run banner: "auto: 2 ranks x (1 compute + 1 communication) ..."
+struct OverlapInputs {
+  int ranks_in_process = 1;   // parallel.workers
+  int processes_on_host = 1;  // processes_on_host()
+  int threads_per_rank = 1;   // train.threads
+  int process_cpus = 1;       // process_cpus()
+  int host_cpus = 1;          // host_cpus()
 };
 
-// setting: "auto", "true" or "false" (Config validates it); ranks_on_host >= 1, threads_per_rank
-// >= 1, cpus >= 1.
-OverlapDecision decide_overlap(const std::string& setting, int ranks_on_host, int threads_per_rank,
-                               int cpus);
+struct OverlapDecision {
+  bool overlap = false;
+  std::string reason;  // for the run banner: "off (auto: 2 ranks in this process x ...)"
+};
 
-// CPUs this process may run on (its main thread's affinity mask: taskset, cpusets and mpirun's
-// binding count), whichever thread asks.
-int cpus_available();
+// setting: "auto", "true" or "false" (Config validates it); every input >= 1.
+OverlapDecision decide_overlap(const std::string& setting, const OverlapInputs& inputs);
+
+// The inputs of this process: parallel.workers and train.threads from the caller, the rest
+// measured (process_cpus, host_cpus, processes_on_host).
+OverlapInputs overlap_inputs(int ranks_in_process, int threads_per_rank);
+
+// CPUs this process may run on: its main thread's affinity mask (taskset, cpusets, mpirun's
+// binding), whichever thread asks (rank threads may already be pinned to one CPU each).
+int process_cpus();
+
+// Online CPUs of this host.
+int host_cpus();
 
 // Processes of this job on this host: OMPI_COMM_WORLD_LOCAL_SIZE under Open MPI's mpirun, else 1.
 int processes_on_host();

@@ -136,8 +136,8 @@ Trainer::Trainer(Config config, TrainerOptions options)
     dp.algorithm = config_.parallel.allreduce;
     dp.fusion_bytes = config_.parallel.fusion_bytes;
     overlap_ = decide_overlap(config_.parallel.overlap,
-                              static_cast<int>(config_.parallel.workers) * processes_on_host(),
-                              static_cast<int>(config_.train.threads), cpus_available());
+                              overlap_inputs(static_cast<int>(config_.parallel.workers),
+                                             static_cast<int>(config_.train.threads)));
     dp.overlap = overlap_.overlap;
     dp.check_headers = config_.parallel.check_headers;
     dp.shard_optimizer = config_.parallel.zero_stage >= 1;

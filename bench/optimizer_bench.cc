@@ -1,0 +1,77 @@
+// Optimizer updates (optim::Sgd with momentum, optim::Adam) over n parameters, with the parameter
+// and gradient arrays placed at chosen offsets from a page, to show how much the update depends on
+// where its streams lie (the state vectors stay where the optimizer allocates them).
+//
+// Bytes per element: SGD with momentum reads p, g, v and writes p, v (20 B); Adam reads p, g, m,
+// v and writes p, m, v (28 B). The bound is those bytes over the memory (or L2, for n that fit)
+// bandwidth; the GB/s counter compares with ../shared/peers' memcpy figure.
+//
+// Why: on the development VM (AMD EPYC) rank 0's ZeRO-1 shard of the Fashion-MNIST MLP updated
+// 1.5-2.5x slower than rank 1's equal shard, even on cache-hot data, and a copy of any one of its
+// three arrays made it fast: an aliasing effect between streams at particular relative addresses
+// (docs/PERFORMANCE.md). n: 12,544 (cache-hot, 1/8 of a shard), 134,661 (a ZeRO-1 shard of the
+// MLP at P = 2), 269,322 (the whole MLP).
+// Run: build/bench/optimizer_bench --benchmark_counters_tabular=true
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "dtrain/optim/optimizer.h"
+
+namespace {
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// Runs `name`'s update over n floats with params at page offset `param_offset` and gradients at
+// page offset `grad_offset` of their own page-aligned blocks (bytes, multiples of 4).
+void update(benchmark::State& state, const char* name) {
+  const auto n = state.range(0);
+  const auto param_offset = static_cast<std::size_t>(state.range(1));
+  const auto grad_offset = static_cast<std::size_t>(state.range(2));
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float) + 8192;
+  const std::size_t rounded = (bytes + 4095) / 4096 * 4096;
+  std::unique_ptr<void, FreeDeleter> p_block(std::aligned_alloc(4096, rounded));
+  std::unique_ptr<void, FreeDeleter> g_block(std::aligned_alloc(4096, rounded));
+  auto* p = reinterpret_cast<float*>(static_cast<char*>(p_block.get()) + param_offset);
+  auto* g = reinterpret_cast<float*>(static_cast<char*>(g_block.get()) + grad_offset);
+  for (std::int64_t i = 0; i < n; ++i) {
+    p[i] = 1e-3f * static_cast<float>(i % 7);
+    g[i] = 1e-4f * static_cast<float>(i % 5 + 1);
+  }
+  dtrain::optim::OptimizerConfig config;
+  config.name = name;
+  if (config.name == "sgd") config.momentum = 0.9;
+  const auto optimizer = dtrain::optim::make_optimizer(config, {{"w", 0, n, true}});
+  for (auto _ : state) {
+    optimizer->step(p, g, 1e-6);
+    benchmark::DoNotOptimize(p);
+  }
+  const double per_element = config.name == "sgd" ? 20.0 : 28.0;
+  state.counters["GB/s"] = benchmark::Counter(per_element * static_cast<double>(n),
+                                              benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+
+void BM_SgdMomentum(benchmark::State& state) { update(state, "sgd"); }
+void BM_Adam(benchmark::State& state) { update(state, "adam"); }
+
+// {n, param page offset, grad page offset}: the offsets seen in training (0xcf0, 0xd20), the same
+// offset, page-aligned, and staggered by 13 and 17 lines.
+void layouts(benchmark::internal::Benchmark* b) {
+  for (std::int64_t n : {12544, 134661, 269322}) {
+    for (auto [p, g] : {std::pair{0xcf0, 0xd20}, std::pair{0, 0}, std::pair{0, 0x340},
+                        std::pair{0, 0x440}, std::pair{0x340, 0x880}}) {
+      b->Args({n, p, g});
+    }
+  }
+}
+
+BENCHMARK(BM_SgdMomentum)->Apply(layouts);
+BENCHMARK(BM_Adam)->Apply(layouts);
+
+}  // namespace

@@ -238,7 +238,7 @@ std::vector<Field> fields(Config& c) {
        "overlap",
        &p.overlap,
        "start bucket allreduces while backward runs (auto: when every rank's compute threads and "
-       "communication thread fit on this host's CPUs; docs/PARALLEL.md)",
+       "communication thread fit on the CPUs; docs/PARALLEL.md)",
        -kInf,
        kInf,
        false,

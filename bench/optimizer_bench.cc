@@ -1,6 +1,8 @@
 // Optimizer updates (optim::Sgd with momentum, optim::Adam) over n parameters, with the parameter
-// and gradient arrays placed at chosen offsets from a page, to show how much the update depends on
-// where its streams lie (the state vectors stay where the optimizer allocates them).
+// and gradient arrays placed at chosen offsets from a page (the optimizer places its state vectors
+// a quarter page from them: optimizer.h, "Placement"); and the same SGD-momentum loop over three
+// arrays at chosen distances within one block (BM_SgdLoopAtDistances), which shows the effect that
+// placement avoids.
 //
 // Bytes per element: SGD with momentum reads p, g, v and writes p, v (20 B); Adam reads p, g, m,
 // v and writes p, m, v (28 B). The bound is those bytes over the memory (or L2, for n that fit)
@@ -73,5 +75,52 @@ void layouts(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_SgdMomentum)->Apply(layouts);
 BENCHMARK(BM_Adam)->Apply(layouts);
+
+// optim::Sgd's momentum loop (no weight decay) over p, g = p + grad_distance and
+// v = p + state_distance bytes, all in one page-aligned block, so their relative addresses are
+// exactly those given (the optimizer itself would move v).
+void BM_SgdLoopAtDistances(benchmark::State& state) {
+  const auto n = state.range(0);
+  const auto grad_distance = static_cast<std::size_t>(state.range(1));
+  const auto state_distance = static_cast<std::size_t>(state.range(2));
+  const std::size_t page_offset = 0xdd0;  // rank 0's parameters in the traced run
+  const std::size_t bytes = page_offset + state_distance + static_cast<std::size_t>(n) * 4 + 4096;
+  std::unique_ptr<void, FreeDeleter> block(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
+  char* base = static_cast<char*>(block.get()) + page_offset;
+  auto* p = reinterpret_cast<float*>(base);
+  auto* g = reinterpret_cast<float*>(base + grad_distance);
+  auto* v = reinterpret_cast<float*>(base + state_distance);
+  for (std::int64_t i = 0; i < n; ++i) {
+    p[i] = 1e-3f * static_cast<float>(i % 7);
+    g[i] = 1e-4f * static_cast<float>(i % 5 + 1);
+    v[i] = 0.0f;
+  }
+  for (auto _ : state) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float vi = 0.9f * v[i] + g[i];
+      v[i] = vi;
+      p[i] -= 1e-6f * vi;
+    }
+    benchmark::DoNotOptimize(p);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(20.0 * static_cast<double>(n),
+                                              benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+
+// {n, g - p, v - p}: rank 0's ZeRO-1 shard as malloc placed it (0x107030, 0x210140), one worker's
+// (0x107030, 0x20e060), three equally spaced megabytes, and the placed layout (gradients half a
+// page and state a quarter page from the parameters' page offset).
+void distances(benchmark::internal::Benchmark* b) {
+  for (std::int64_t n : {12544, 134661}) {
+    for (auto [g, v] : {std::pair{0x107030, 0x210140}, std::pair{0x107030, 0x20e060},
+                        std::pair{0x100000, 0x200000}, std::pair{0x100800, 0x200400}}) {
+      b->Args({n, g, v});
+    }
+  }
+}
+
+BENCHMARK(BM_SgdLoopAtDistances)->Apply(distances);
 
 }  // namespace

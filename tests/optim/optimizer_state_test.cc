@@ -3,12 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/placed_floats.h"
 #include "dtrain/base/rng.h"
 #include "dtrain/optim/optimizer.h"
 
@@ -78,6 +80,36 @@ TEST(OptimizerState, RoundTripContinuesBitwiseIdentically) {
       EXPECT_EQ(a[k].values, b[k].values);
       EXPECT_EQ(a[k].values.size(), 24u);
     }
+  }
+}
+
+// The state follows the parameters to whatever page offsets they are passed at (optimizer.h,
+// "Placement"); moving it must carry every value, so the trajectory is the same as with parameters
+// that never move.
+TEST(OptimizerState, ParametersAtNewPageOffsetsContinueBitwiseIdentically) {
+  for (const OptimizerConfig& config : configs()) {
+    SCOPED_TRACE(config.name + (config.momentum > 0 ? " momentum" : "") +
+                 (config.nesterov ? " nesterov" : ""));
+    Rng rng(7, 3);
+    std::unique_ptr<Optimizer> still = make_optimizer(config, kSegments);
+    std::unique_ptr<Optimizer> moving = make_optimizer(config, kSegments);
+    std::vector<float> params = random_vector(rng, 24);
+    // Each step the moving optimizer gets its parameters and gradients at other page offsets.
+    const std::size_t offsets[][2] = {{0, 2048}, {1036, 12}, {4000, 4000}, {512, 2560}};
+    for (const auto& [param_offset, grad_offset] : offsets) {
+      const std::vector<float> grads = random_vector(rng, 24);
+      PlacedFloats moved_params(24, param_offset);
+      PlacedFloats moved_grads(24, grad_offset);
+      std::copy(params.begin(), params.end(), moved_params.data());
+      std::copy(grads.begin(), grads.end(), moved_grads.data());
+      still->step(params.data(), grads.data(), 0.01);
+      moving->step(moved_params.data(), moved_grads.data(), 0.01);
+      EXPECT_EQ(params, std::vector<float>(moved_params.data(), moved_params.data() + 24));
+    }
+    const std::vector<StateTensor> a = still->state();
+    const std::vector<StateTensor> b = moving->state();
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].values, b[k].values);
   }
 }
 

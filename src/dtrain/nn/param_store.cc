@@ -41,8 +41,8 @@ void ParamStore::finalize() {
     entry.offset = offset;
     offset += entry.numel;
   }
-  params_.assign(static_cast<std::size_t>(offset), 0.0f);
-  grads_.assign(static_cast<std::size_t>(offset), 0.0f);
+  params_ = PlacedFloats(offset, 0);
+  grads_ = PlacedFloats(offset, PlacedFloats::kHalfPage);
   offset = 0;
   for (auto& entry : buffer_entries_) {
     entry.offset = offset;

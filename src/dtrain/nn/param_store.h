@@ -3,21 +3,25 @@
 //
 // Layers declare their tensors by name and shape while the model is built; finalize() lays them out
 // back to back in declaration order, allocates the buffers, and from then on param(i) / grad(i) /
-// buffer(i) are views into them. The table of (name, offset, shape) is what buckets, shards,
-// pipeline stages, optimizers and checkpoints work from: each is a [offset, offset + numel) range.
+// buffer(i) are views into them. Parameters start at the beginning of a page and gradients half a
+// page in, so that loops streaming both (and the optimizer's state, placed a quarter page from
+// each) never have their lines collide in the L1 (base/placed_floats.h). The table of (name,
+// offset, shape) is what buckets, shards, pipeline stages, optimizers and checkpoints work from:
+// each is a [offset, offset + numel) range.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "dtrain/base/placed_floats.h"
 #include "dtrain/tensor/tensor.h"
 
 namespace dtrain::nn {
 
 struct ParamEntry {
-  std::string name;          // "fc1.weight"
-  std::int64_t offset = 0;   // in elements, into params()/grads() (or buffers() for buffers)
+  std::string name;         // "fc1.weight"
+  std::int64_t offset = 0;  // in elements, into params()/grads() (or buffers() for buffers)
   tensor::Shape shape;
   std::int64_t numel = 0;
   bool weight_decay = true;  // false for biases and batch-norm scales/shifts
@@ -42,7 +46,7 @@ class ParamStore {
   const float* grads() const { return grads_.data(); }
   float* buffers() { return buffers_.data(); }
   const float* buffers() const { return buffers_.data(); }
-  std::int64_t num_params() const { return static_cast<std::int64_t>(params_.size()); }
+  std::int64_t num_params() const { return params_.size(); }
   std::int64_t num_buffer_elements() const { return static_cast<std::int64_t>(buffers_.size()); }
 
   const std::vector<ParamEntry>& param_entries() const { return param_entries_; }
@@ -56,8 +60,8 @@ class ParamStore {
   bool finalized_ = false;
   std::vector<ParamEntry> param_entries_;
   std::vector<ParamEntry> buffer_entries_;
-  std::vector<float> params_;
-  std::vector<float> grads_;
+  PlacedFloats params_;  // at page offset 0
+  PlacedFloats grads_;   // at page offset PlacedFloats::kHalfPage
   std::vector<float> buffers_;
 };
 

@@ -1,5 +1,6 @@
 #include "dtrain/optim/adam.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -97,8 +98,8 @@ Adam::Adam(const OptimizerConfig& config, std::vector<Segment> segments, bool de
       beta2_(config.beta2),
       eps_(static_cast<float>(config.eps)),
       weight_decay_(static_cast<float>(config.weight_decay)),
-      exp_avg_(static_cast<std::size_t>(state_numel()), 0.0f),
-      exp_avg_sq_(static_cast<std::size_t>(state_numel()), 0.0f) {
+      exp_avg_(state_numel(), 0),
+      exp_avg_sq_(state_numel(), 0) {
   OptimizerConfig checked = config;
   checked.name = decoupled ? "adamw" : "adam";
   validate_optimizer_config(checked);
@@ -118,6 +119,7 @@ void Adam::step(float* params, const float* grads, double lr) {
   c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bias_correction2));
   c.eps = eps_;
   const auto decay = static_cast<float>(1.0 - lr * static_cast<double>(weight_decay_));
+  place_state(params, grads, {&exp_avg_, &exp_avg_sq_});
 
   for (const Range& range : ranges()) {
     float* p = params + range.param_offset;
@@ -140,8 +142,9 @@ void Adam::step(float* params, const float* grads, double lr) {
 
 std::vector<StateTensor> Adam::state() const {
   const std::string prefix = decoupled_ ? "adamw." : "adam.";
-  return {StateTensor{prefix + "exp_avg", exp_avg_},
-          StateTensor{prefix + "exp_avg_sq", exp_avg_sq_}};
+  return {StateTensor{prefix + "exp_avg", {exp_avg_.data(), exp_avg_.data() + exp_avg_.size()}},
+          StateTensor{prefix + "exp_avg_sq",
+                      {exp_avg_sq_.data(), exp_avg_sq_.data() + exp_avg_sq_.size()}}};
 }
 
 void Adam::load_state(const std::vector<StateTensor>& state, std::int64_t steps) {
@@ -155,8 +158,8 @@ void Adam::load_state(const std::vector<StateTensor>& state, std::int64_t steps)
           state[1].name, state[1].values[i], i));
     }
   }
-  exp_avg_ = state[0].values;
-  exp_avg_sq_ = state[1].values;
+  std::copy(state[0].values.begin(), state[0].values.end(), exp_avg_.data());
+  std::copy(state[1].values.begin(), state[1].values.end(), exp_avg_sq_.data());
   set_steps(steps);
 }
 

@@ -35,8 +35,8 @@ class Adam final : public Optimizer {
   double beta2_;
   float eps_;
   float weight_decay_;
-  std::vector<float> exp_avg_;     // m, state_numel() floats
-  std::vector<float> exp_avg_sq_;  // v, state_numel() floats
+  PlacedFloats exp_avg_;     // m, state_numel() floats
+  PlacedFloats exp_avg_sq_;  // v, state_numel() floats
 };
 
 }  // namespace dtrain::optim

@@ -1,5 +1,6 @@
 #include "dtrain/optim/lars.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -56,12 +57,13 @@ Lars::Lars(const OptimizerConfig& config, std::vector<Segment> segments)
   OptimizerConfig checked = config;
   checked.name = "lars";
   validate_optimizer_config(checked);
-  if (config.momentum > 0.0) velocity_.assign(static_cast<std::size_t>(state_numel()), 0.0f);
+  if (config.momentum > 0.0) velocity_ = PlacedFloats(state_numel(), 0);
 }
 
 void Lars::step(float* params, const float* grads, double lr) {
   DTRAIN_CHECK(std::isfinite(lr) && lr >= 0.0, "learning rate {} must be finite and >= 0", lr);
   const auto lr_f = static_cast<float>(lr);
+  place_state(params, grads, {&velocity_});
   const std::vector<Segment>& segs = segments();
   for (std::size_t s = 0; s < segs.size(); ++s) {
     const Segment& segment = segs[s];
@@ -91,7 +93,7 @@ void Lars::step(float* params, const float* grads, double lr) {
 
 std::vector<StateTensor> Lars::state() const {
   if (velocity_.empty()) return {};
-  return {StateTensor{"lars.momentum", velocity_}};
+  return {StateTensor{"lars.momentum", {velocity_.data(), velocity_.data() + velocity_.size()}}};
 }
 
 void Lars::load_state(const std::vector<StateTensor>& state, std::int64_t steps) {
@@ -99,7 +101,7 @@ void Lars::load_state(const std::vector<StateTensor>& state, std::int64_t steps)
     check_state(state, {}, steps);
   } else {
     check_state(state, {"lars.momentum"}, steps);
-    velocity_ = state[0].values;
+    std::copy(state[0].values.begin(), state[0].values.end(), velocity_.data());
   }
   set_steps(steps);
 }

@@ -39,7 +39,7 @@ class Lars final : public Optimizer {
   double weight_decay_;
   double trust_coefficient_;
   double eps_;
-  std::vector<float> velocity_;  // state_numel() floats when momentum > 0, else empty
+  PlacedFloats velocity_;  // state_numel() floats when momentum > 0, else empty
   std::vector<double> last_local_lrs_;
 };
 

@@ -64,6 +64,35 @@ Optimizer::Optimizer(std::vector<Segment> segments) : segments_(std::move(segmen
   }
 }
 
+void Optimizer::place_state(const float* params, const float* grads,
+                            std::initializer_list<PlacedFloats*> states) const {
+  if (ranges_.empty()) return;
+  const Range& anchor =
+      *std::max_element(ranges_.begin(), ranges_.end(),
+                        [](const Range& a, const Range& b) { return a.numel < b.numel; });
+  constexpr std::size_t kPage = PlacedFloats::kPageBytes;
+  const std::size_t p = PlacedFloats::page_offset_of(params + anchor.param_offset);
+  const std::size_t g = PlacedFloats::page_offset_of(grads + anchor.param_offset);
+  // The three quarter points after the parameters, farthest from the gradients first.
+  std::vector<std::size_t> slots;
+  for (std::size_t q = 1; q <= 3; ++q)
+    slots.push_back((p + q * PlacedFloats::kQuarterPage) % kPage);
+  auto distance_to_grads = [g](std::size_t at) {
+    const std::size_t d = (at + kPage - g) % kPage;
+    return std::min(d, kPage - d);
+  };
+  std::stable_sort(slots.begin(), slots.end(), [&](std::size_t a, std::size_t b) {
+    return distance_to_grads(a) > distance_to_grads(b);
+  });
+  std::size_t i = 0;
+  for (PlacedFloats* state : states) {
+    const std::size_t at = slots[i++ % slots.size()];
+    // state->data() + anchor.state_offset must land on `at`.
+    const std::size_t shift = static_cast<std::size_t>(anchor.state_offset) * sizeof(float) % kPage;
+    state->move_to((at + kPage - shift) % kPage);
+  }
+}
+
 void Optimizer::check_state(const std::vector<StateTensor>& state,
                             const std::vector<std::string>& names, std::int64_t steps) const {
   const auto joined = [](const std::vector<std::string>& list) {

@@ -1,5 +1,6 @@
 #include "dtrain/optim/sgd.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -44,12 +45,13 @@ Sgd::Sgd(const OptimizerConfig& config, std::vector<Segment> segments)
   OptimizerConfig checked = config;
   checked.name = "sgd";
   validate_optimizer_config(checked);
-  if (config.momentum > 0.0) velocity_.assign(static_cast<std::size_t>(state_numel()), 0.0f);
+  if (config.momentum > 0.0) velocity_ = PlacedFloats(state_numel(), 0);
 }
 
 void Sgd::step(float* params, const float* grads, double lr) {
   DTRAIN_CHECK(std::isfinite(lr) && lr >= 0.0, "learning rate {} must be finite and >= 0", lr);
   const auto lr_f = static_cast<float>(lr);
+  place_state(params, grads, {&velocity_});
   for (const Range& range : ranges()) {
     float* p = params + range.param_offset;
     const float* g = grads + range.param_offset;
@@ -71,7 +73,7 @@ void Sgd::step(float* params, const float* grads, double lr) {
 
 std::vector<StateTensor> Sgd::state() const {
   if (velocity_.empty()) return {};
-  return {StateTensor{"sgd.momentum", velocity_}};
+  return {StateTensor{"sgd.momentum", {velocity_.data(), velocity_.data() + velocity_.size()}}};
 }
 
 void Sgd::load_state(const std::vector<StateTensor>& state, std::int64_t steps) {
@@ -79,7 +81,7 @@ void Sgd::load_state(const std::vector<StateTensor>& state, std::int64_t steps) 
     check_state(state, {}, steps);
   } else {
     check_state(state, {"sgd.momentum"}, steps);
-    velocity_ = state[0].values;
+    std::copy(state[0].values.begin(), state[0].values.end(), velocity_.data());
   }
   set_steps(steps);
 }

@@ -32,7 +32,7 @@ class Sgd final : public Optimizer {
   float momentum_;
   float weight_decay_;
   bool nesterov_;
-  std::vector<float> velocity_;  // state_numel() floats when momentum > 0, else empty
+  PlacedFloats velocity_;  // state_numel() floats when momentum > 0, else empty
 };
 
 }  // namespace dtrain::optim

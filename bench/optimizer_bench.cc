@@ -62,12 +62,13 @@ void update(benchmark::State& state, const char* name) {
 void BM_SgdMomentum(benchmark::State& state) { update(state, "sgd"); }
 void BM_Adam(benchmark::State& state) { update(state, "adam"); }
 
-// {n, param page offset, grad page offset}: the offsets seen in training (0xcf0, 0xd20), the same
-// offset, page-aligned, and staggered by 13 and 17 lines.
+// {n, param page offset, grad page offset}: the offsets malloc gave training before placement
+// (0xcf0, 0xd20), the same offset, staggered by 13 and 17 lines, and nn::ParamStore's placement
+// (0, half a page).
 void layouts(benchmark::internal::Benchmark* b) {
   for (std::int64_t n : {12544, 134661, 269322}) {
     for (auto [p, g] : {std::pair{0xcf0, 0xd20}, std::pair{0, 0}, std::pair{0, 0x340},
-                        std::pair{0, 0x440}, std::pair{0x340, 0x880}}) {
+                        std::pair{0, 0x440}, std::pair{0x340, 0x880}, std::pair{0, 0x800}}) {
       b->Args({n, p, g});
     }
   }

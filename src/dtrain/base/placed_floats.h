@@ -4,10 +4,10 @@
 // Why: the optimizer update reads parameters, gradients and its state (momentum; Adam's two
 // moments) element by element in one loop. When two of those arrays start at nearby offsets within
 // their pages, the lines the loop is working on in each (and the ones the prefetcher has brought in
-// ahead of it) fall into the same L1 sets, and on the AMD EPYC development machine the L1's
-// linear-address way predictor (the "utag", a hash of address bits 12-27) then makes some pairs of
-// them evict each other on every access, depending on where the pages lie. Measured
-// (docs/PERFORMANCE.md, "Optimizer update"): the same SGD-momentum update ran 1.4-2.4x slower at
+// ahead of it) fall into the same L1 sets, and on the AMD EPYC development machine some such pairs
+// then evict each other on every access, depending on where the pages lie (most likely through the
+// L1's way predictor, which tags lines by a hash of their linear address bits 12-27). Measured
+// (docs/PERFORMANCE.md, "Optimizer update"): the same SGD-momentum update ran 1.3-2.8x slower at
 // such placements, e.g. rank 0's ZeRO-1 shard of the Fashion-MNIST MLP, whose arrays malloc had put
 // 0x30 and 0x140 bytes apart within their pages. Starting the streams a quarter or half a page
 // apart keeps any two lines of different streams that share an L1 set at least 16 lines apart in

@@ -15,7 +15,7 @@
 // into one range, so the update is a few long vectorisable loops rather than one per tensor.
 //
 // Placement: the update streams parameters, gradients and every state vector side by side, and is
-// slowed 1.4-2.4x on the development machine when two of them start at nearby offsets within
+// slowed 1.3-2.8x on the development machine when two of them start at nearby offsets within
 // their pages (base/placed_floats.h says why). So the state vectors are PlacedFloats, and step()
 // first moves them (once; later steps only compare offsets) so that, for the largest range, the
 // first state vector starts a quarter page after the parameters and the second three quarters:

@@ -3,10 +3,11 @@
 # docs/PERFORMANCE.md: Fashion-MNIST MLP 784-256-256-10, global batch 128, SGD lr 0.1 momentum
 # 0.9, 10 test evaluations per epoch (the recipe of ../shared/peers/scripts/ddp_fmnist.py):
 #   - PyTorch DDP, gloo, 2 processes x 1 thread (ddp_fmnist.py, until 88% test accuracy);
-#   - dtrain 1 worker; 2 workers (ring) with overlap auto (the default: off when the ranks'
-#     communication threads have no CPUs of their own, as on a 2-CPU machine), on and off; 2
-#     workers with one bucket per tensor; 2 workers with the optimizer sharded (ZeRO-1: overlap
-#     auto, on, off, and the whole model in one bucket), each 1 compute thread per worker, 8 epochs.
+#   - dtrain 1 worker; 2 workers (ring) with the defaults (overlap auto: off when the ranks'
+#     communication threads have no CPUs of their own, as on a 2-CPU machine; zero_stage auto:
+#     the optimizer sharded); 2 workers with the optimizer replicated as in DDP (overlap on, off,
+#     and one bucket per tensor); 2 workers with the optimizer sharded (ZeRO-1: overlap auto, on,
+#     off, and the whole model in one bucket), each 1 compute thread per worker, 8 epochs.
 # Rounds alternate the runs so that machine noise hits all; the summary gives medians of
 # samples/s (training time only) and of the training time to 85% and 88% test accuracy, and the
 # median over rounds of each run's samples/s over the same round's 1-worker run (noise that hits a
@@ -65,9 +66,9 @@ print(json.dumps({"who": "pytorch-ddp-2", "round": int(sys.argv[1]),
                   "tta85": r["time_to_85_s"], "tta88": r["time_to_88_s"]}))' "$round" >> "$OUT/results.jsonl"
   dtrain_run dtrain-1 --workers 1
   dtrain_run dtrain-2 --workers 2
-  dtrain_run dtrain-2-overlap --workers 2 --overlap true
-  dtrain_run dtrain-2-no-overlap --workers 2 --overlap false
-  dtrain_run dtrain-2-per-tensor --workers 2 --fusion-bytes 0
+  dtrain_run dtrain-2-overlap --workers 2 --zero-stage 0 --overlap true
+  dtrain_run dtrain-2-no-overlap --workers 2 --zero-stage 0 --overlap false
+  dtrain_run dtrain-2-per-tensor --workers 2 --zero-stage 0 --fusion-bytes 0
   dtrain_run dtrain-2-zero1 --workers 2 --zero-stage 1
   dtrain_run dtrain-2-zero1-overlap --workers 2 --zero-stage 1 --overlap true
   dtrain_run dtrain-2-zero1-no-overlap --workers 2 --zero-stage 1 --overlap false

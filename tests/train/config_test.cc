@@ -100,6 +100,21 @@ TEST(Config, OverlapTakesAutoOrABoolean) {
               HasSubstr("'optim.name'"));
 }
 
+TEST(Config, ZeroStageTakesAutoOrAStageNumber) {
+  EXPECT_EQ(parse_config("", "x.toml").parallel.zero_stage, "auto");
+  EXPECT_EQ(parse_config("[parallel]\nzero_stage = 1\n", "x.toml").parallel.zero_stage, "1");
+  EXPECT_EQ(parse_config("[parallel]\nzero_stage = \"0\"\n", "x.toml").parallel.zero_stage, "0");
+  EXPECT_EQ(parse_config("", "x.toml", {"parallel.zero_stage=1"}).parallel.zero_stage, "1");
+  EXPECT_THAT(config_error([] { parse_config("[parallel]\nzero_stage = 3\n", "x.toml"); }),
+              AllOf(HasSubstr("'parallel.zero_stage'"), HasSubstr("\"auto\"")));
+  // "auto" is fine where stage 1 is not: it decides 0 there (zero_policy.h).
+  EXPECT_NO_THROW(parse_config("[parallel]\nstrategy = \"ps\"\n", "x.toml"));
+  EXPECT_NO_THROW(parse_config("[optim]\nname = \"lars\"\n", "x.toml"));
+  // Integers only where numbers are among the choices.
+  EXPECT_THAT(config_error([] { parse_config("[optim]\nname = 1\n", "x.toml"); }),
+              HasSubstr("'optim.name'"));
+}
+
 TEST(Config, LaterOverrideWins) {
   const Config config = parse_config("", "x.toml", {"train.epochs=2", "train.epochs=4"});
   EXPECT_EQ(config.train.epochs, 4);

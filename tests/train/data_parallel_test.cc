@@ -190,10 +190,11 @@ TEST_F(DataParallelTest, ShardedOptimizerFollowsTheRingAllreduceRun) {
     for (int ranks : {2, 3, 4}) {
       Config replicated = config;
       replicated.parallel.allreduce = "ring";
+      replicated.parallel.zero_stage = std::string("0");
       const std::vector<float> ring = allreduce_training(replicated, ranks);
       for (std::int64_t fusion : {std::int64_t{0}, std::int64_t{256}, std::int64_t{1} << 20}) {
         Config c = config;
-        c.parallel.zero_stage = 1;
+        c.parallel.zero_stage = std::string("1");
         c.parallel.fusion_bytes = fusion;
         c.parallel.overlap = "true";
         const std::vector<float> sharded = allreduce_training(c, ranks);
@@ -212,8 +213,9 @@ TEST_F(DataParallelTest, ShardedOptimizerFollowsTheRingAllreduceRun) {
 TEST_F(DataParallelTest, ShardedOptimizerCheckpointsTheWholeStateAndResumesEitherWay) {
   Config config = mlp_config();
   config.train.epochs = 1;
+  config.parallel.zero_stage = std::string("0");
   Config sharded = config;
-  sharded.parallel.zero_stage = 1;
+  sharded.parallel.zero_stage = std::string("1");
   const std::string replicated_dir = dir("replicated");
   const std::string sharded_dir = dir("sharded");
   allreduce_training(config, 3, replicated_dir);

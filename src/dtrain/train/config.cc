@@ -255,10 +255,17 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "check_headers", &p.check_headers,
        "check each gradient allreduce's arguments across ranks (a round trip through rank 0; "
        "layouts are compared at start either way)"},
-      {"parallel", "zero_stage", &p.zero_stage,
+      {"parallel",
+       "zero_stage",
+       &p.zero_stage,
        "ZeRO stage: 0 replicates the optimizer on every rank (DDP); 1 shards its state and update "
-       "over the ranks (reduce-scatter gradients, update 1/P, allgather parameters)",
-       0, 1},
+       "over the ranks (reduce-scatter gradients, update 1/P, allgather parameters); auto: 1 with "
+       "more than one rank, ring allreduce and an element-wise optimizer (docs/PARALLEL.md)",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"auto", "0", "1"}},
       {"parallel", "straggler", &p.straggler,
        "injected slowness: rank=R,slowdown=S, rank=R,delay_ms=D or random=exp|pareto,mean_ms=M "
        "(\"\" = none)"},
@@ -404,6 +411,13 @@ std::optional<double> as_number(const toml::node& node) {
   return std::nullopt;
 }
 
+bool accepts_integers(const Field& field) {
+  return std::any_of(field.choices.begin(), field.choices.end(), [](const std::string& choice) {
+    return !choice.empty() &&
+           std::all_of(choice.begin(), choice.end(), [](char c) { return c >= '0' && c <= '9'; });
+  });
+}
+
 bool accepts_booleans(const Field& field) {
   const auto& c = field.choices;
   return std::find(c.begin(), c.end(), "true") != c.end() &&
@@ -421,6 +435,13 @@ void assign(const Field& field, const toml::node& node, const std::string& where
       const auto* b = node.as_boolean();
       if (b != nullptr && accepts_booleans(field)) {
         *v = b->get() ? "true" : "false";
+        return;
+      }
+      // A key whose choices include numbers (parallel.zero_stage) also takes integers; validate()
+      // then checks them against the choices like any string.
+      const auto* i = node.as_integer();
+      if (i != nullptr && accepts_integers(field)) {
+        *v = std::to_string(i->get());
         return;
       }
       const auto* s = node.as_string();
@@ -660,13 +681,13 @@ void validate_impl(const Config& config, const Origins& origins) {
         "server's key range does not hold; use sgd, adam or adamw with parallel.strategy = \"ps\"",
         where("optim.name")));
   }
-  if (par.zero_stage > 0 && par.strategy != "allreduce") {
+  if (par.zero_stage == "1" && par.strategy != "allreduce") {
     throw ConfigError(fmt::format(
         "config key 'parallel.zero_stage' = {} ({}) shards the optimizer of allreduce training; "
-        "parallel.strategy = \"{}\" keeps its own state (set zero_stage = 0)",
+        "parallel.strategy = \"{}\" keeps its own state (set zero_stage = 0 or \"auto\")",
         par.zero_stage, where("parallel.zero_stage"), par.strategy));
   }
-  if (par.zero_stage > 0 && config.optim.name == "lars") {
+  if (par.zero_stage == "1" && config.optim.name == "lars") {
     throw ConfigError(fmt::format(
         "config key 'optim.name' = \"lars\" ({}) needs whole-tensor norms, which a ZeRO shard "
         "does not hold (it may cut a tensor); use sgd, adam or adamw with parallel.zero_stage = "

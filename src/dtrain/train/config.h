@@ -116,7 +116,7 @@ struct ParallelSection {
   std::int64_t trace_steps = 50;        // steps recorded in trace.json; 0 = no trace
   std::string straggler;                // injected slowness (train/straggler.h); "" = none
   bool check_headers = true;            // per-bucket argument check across ranks
-  std::int64_t zero_stage = 0;          // 1: shard the optimizer over ranks (ZeRO-1)
+  std::string zero_stage = "auto";      // ZeRO-1 (shard the optimizer): auto|0|1 (zero_policy.h)
   // strategy = "ps": parameter servers (docs/PS.md).
   std::int64_t servers = 1;         // server ranks, besides the workers
   bool colocate_servers = false;    // servers on a second thread of workers 0 .. servers-1

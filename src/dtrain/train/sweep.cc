@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "dtrain/base/error.h"
@@ -106,8 +107,16 @@ SweepResult run_sweep(
   const auto points = cross_product(axes);
   // Every point's config first: a typo in the last value must not surface after an hour of runs.
   std::vector<Config> configs;
+  // Rows compare like for like: "auto" would shard the optimizer for ring rows only, so a sweep
+  // runs it replicated unless an axis names parallel.zero_stage.
+  const bool zero_stage_swept = std::any_of(axes.begin(), axes.end(), [](const SweepAxis& axis) {
+    return axis.key == "parallel.zero_stage";
+  });
   for (const auto& point : points) {
     Config config = base;
+    if (!zero_stage_swept && config.parallel.zero_stage == "auto") {
+      apply_override(config, "parallel.zero_stage=0");
+    }
     for (std::size_t i = 0; i < axes.size(); ++i) {
       if (axes[i].key == kModeAxis) {
         for (const auto& assignment : mode_overrides(point[i])) apply_override(config, assignment);

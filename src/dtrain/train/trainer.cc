@@ -140,7 +140,9 @@ Trainer::Trainer(Config config, TrainerOptions options)
                                              static_cast<int>(config_.train.threads)));
     dp.overlap = overlap_.overlap;
     dp.check_headers = config_.parallel.check_headers;
-    dp.shard_optimizer = config_.parallel.zero_stage >= 1;
+    zero_ = decide_zero_stage(config_.parallel.zero_stage, comm.size(), config_.optim.name,
+                              config_.parallel.allreduce);
+    dp.shard_optimizer = zero_.shard;
     dp.stall_warning = std::chrono::milliseconds(
         static_cast<std::int64_t>(config_.parallel.stall_warning_seconds * 1000.0));
     sync_ = std::make_unique<parallel::GradientSynchronizer>(comm, *model_, dp);
@@ -533,8 +535,9 @@ RunSummary Trainer::run() {
         "data parallel: {} ranks ({} per process), {}, {} gradient buckets of <= {} bytes, "
         "overlap {}, batch norm {}",
         world_, config_.parallel.workers,
-        sharded() ? "optimizer sharded (ZeRO-1: ring reduce-scatter, update 1/P, allgather)"
-                  : "allreduce " + config_.parallel.allreduce,
+        sharded()
+            ? "optimizer " + zero_.reason + " (ZeRO-1: ring reduce-scatter, update 1/P, allgather)"
+            : "allreduce " + config_.parallel.allreduce + ", optimizer " + zero_.reason,
         buckets.size(), config_.parallel.fusion_bytes, overlap_.reason,
         config_.parallel.sync_batch_norm ? "synchronized" : "per rank"));
   }
@@ -862,7 +865,8 @@ RunSummary Trainer::run() {
         {"buckets", sync_->buckets().size()},
         {"overlap", overlap_.overlap},
         {"overlap_setting", config_.parallel.overlap},
-        {"zero_stage", config_.parallel.zero_stage},
+        {"zero_stage", sharded() ? 1 : 0},
+        {"zero_stage_setting", config_.parallel.zero_stage},
         {"sync_batch_norm", config_.parallel.sync_batch_norm},
         {"mean_compute_seconds", compute / p},
         {"mean_comm_seconds", comm_seconds / p},

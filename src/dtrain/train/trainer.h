@@ -55,6 +55,7 @@
 #include "dtrain/train/run_data.h"
 #include "dtrain/train/straggler.h"
 #include "dtrain/train/trace.h"
+#include "dtrain/train/zero_policy.h"
 
 namespace dtrain::train {
 
@@ -159,6 +160,7 @@ class Trainer {
   tensor::Tensor one_hot_;
   std::unique_ptr<parallel::GradientSynchronizer> sync_;
   OverlapDecision overlap_;  // parallel.overlap resolved for this host (overlap_policy.h)
+  ZeroDecision zero_;        // parallel.zero_stage resolved for this run (zero_policy.h)
   std::unique_ptr<parallel::SyncBatchNormReducer> bn_reducer_;
   StepTimes last_step_;
   std::int64_t dropped_steps_ = 0;  // bsp with backup workers: this worker's late gradients

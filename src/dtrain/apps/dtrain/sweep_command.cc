@@ -38,7 +38,8 @@ are their cross product, one after another, each in its own run folder under --o
 training seconds per epoch, samples/s, speedup and scaling efficiency over the one-worker run at the
 same point, time to each accuracy target (training seconds), bytes sent per rank and step, and the
 final test accuracy, and the median and 99th-percentile step time; --out also receives sweep.csv and
-sweep.json.
+sweep.json. So that rows compare like for like, parallel.zero_stage = "auto" runs as 0 (optimizer
+replicated) in a sweep; --grid parallel.zero_stage=0,1 compares the two.
 
 --modes compares ways of training under the same conditions (for example --straggler):
 allreduce, sync (parameter servers, bsp), backup=B (bsp using the first workers - B gradients),

@@ -30,7 +30,7 @@ struct TrainFlags {
   std::int64_t fusion_bytes = -1;
   std::string overlap;
   bool no_overlap = false;
-  std::int64_t zero_stage = -1;
+  std::string zero_stage;
   bool sync_bn = false;
   std::string straggler;
   std::int64_t servers = 0;
@@ -103,8 +103,8 @@ int run_train(const TrainFlags& flags) {
   }
   if (!flags.overlap.empty()) overrides.push_back("parallel.overlap=" + flags.overlap);
   if (flags.no_overlap) overrides.push_back("parallel.overlap=false");
-  if (flags.zero_stage >= 0) {
-    overrides.push_back(fmt::format("parallel.zero_stage={}", flags.zero_stage));
+  if (!flags.zero_stage.empty()) {
+    overrides.push_back(fmt::format("parallel.zero_stage=\"{}\"", flags.zero_stage));
   }
   if (flags.sync_bn) overrides.push_back("parallel.sync_batch_norm=true");
   if (!flags.straggler.empty()) {
@@ -199,8 +199,9 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--zero-stage", flags->zero_stage,
                   "1: shard the optimizer over the ranks (ZeRO-1: reduce-scatter the gradients, "
                   "each rank updates 1/P of the parameters and keeps 1/P of the optimizer state, "
-                  "allgather the parameters); 0: every rank updates everything (default)")
-      ->check(CLI::Range(0, 1));
+                  "allgather the parameters); 0: every rank updates everything (as DDP); auto "
+                  "(default): 1 with more than one rank, --allreduce ring and sgd/adam/adamw")
+      ->check(CLI::IsMember({"auto", "0", "1"}));
   sub->add_flag("--sync-bn", flags->sync_bn, "batch-norm statistics over all ranks");
   sub->add_option("--straggler", flags->straggler,
                   "inject slowness for experiments: rank=R,slowdown=S, rank=R,delay_ms=D or "

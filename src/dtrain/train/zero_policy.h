@@ -1,0 +1,29 @@
+// Whether allreduce training shards its optimizer over the ranks (ZeRO-1) or replicates it (DDP).
+//
+// Sharding reduce-scatters each gradient bucket, updates 1/P of the parameters and keeps 1/P of the
+// optimizer state on each rank, then allgathers the parameters: the same bytes as a ring allreduce,
+// 1/P of the update's work and state, and the same numbers to rounding (docs/PARALLEL.md). On the
+// development VM it is the faster of the two with 2 workers (Fashion-MNIST MLP,
+// docs/PERFORMANCE.md: 110-119k samples/s against 97-108k replicated), so "auto" shards wherever it
+// applies:
+//   more than one rank, an element-wise optimizer (LARS needs whole-tensor norms, which a shard may
+//   cut) and parallel.allreduce = "ring" (the sharded collectives are ring ones: with another
+//   algorithm chosen, the user is comparing that algorithm, so its allreduce is kept).
+// parallel.zero_stage = "0" and "1" force the choice (Config rejects "1" where it cannot apply).
+#pragma once
+
+#include <string>
+
+namespace dtrain::train {
+
+struct ZeroDecision {
+  bool shard = false;
+  std::string reason;  // for the run banner: "sharded (auto: 2 ranks, ring, sgd)"
+};
+
+// setting: "auto", "0" or "1" (Config validates it); ranks >= 1; optimizer and allreduce as in
+// the config (optim.name, parallel.allreduce).
+ZeroDecision decide_zero_stage(const std::string& setting, int ranks, const std::string& optimizer,
+                               const std::string& allreduce);
+
+}  // namespace dtrain::train

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <utility>
@@ -65,7 +66,7 @@ Optimizer::Optimizer(std::vector<Segment> segments) : segments_(std::move(segmen
 }
 
 void Optimizer::place_state(const float* params, const float* grads,
-                            std::initializer_list<PlacedFloats*> states) const {
+                            std::initializer_list<PlacedFloats*> states) {
   if (ranges_.empty()) return;
   const Range& anchor =
       *std::max_element(ranges_.begin(), ranges_.end(),
@@ -73,10 +74,10 @@ void Optimizer::place_state(const float* params, const float* grads,
   constexpr std::size_t kPage = PlacedFloats::kPageBytes;
   const std::size_t p = PlacedFloats::page_offset_of(params + anchor.param_offset);
   const std::size_t g = PlacedFloats::page_offset_of(grads + anchor.param_offset);
-  // The three quarter points after the parameters, farthest from the gradients first.
-  std::vector<std::size_t> slots;
-  for (std::size_t q = 1; q <= 3; ++q)
-    slots.push_back((p + q * PlacedFloats::kQuarterPage) % kPage);
+  // The three quarter points after the parameters, farthest from the gradients first (an array:
+  // this runs every step, which allocates nothing).
+  std::array<std::size_t, 3> slots{};
+  for (std::size_t q = 1; q <= 3; ++q) slots[q - 1] = (p + q * PlacedFloats::kQuarterPage) % kPage;
   auto distance_to_grads = [g](std::size_t at) {
     const std::size_t d = (at + kPage - g) % kPage;
     return std::min(d, kPage - d);

@@ -109,7 +109,7 @@ class Optimizer {
   // Placement (above): moves each of `states` (state_numel() floats each, or empty) to its page
   // offset for these params and grads. Cheap after the first call.
   void place_state(const float* params, const float* grads,
-                   std::initializer_list<PlacedFloats*> states) const;
+                   std::initializer_list<PlacedFloats*> states);
 
   // Shared by the load_state implementations: checks `state` against the expected names (each of
   // state_numel() finite floats) and `steps` >= 0, throwing CheckpointError that names both sides.

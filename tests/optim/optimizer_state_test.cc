@@ -51,10 +51,15 @@ std::vector<float> random_vector(Rng& rng, std::size_t n) {
   return values;
 }
 
+// "sgd momentum nesterov", "adam", ...: which of configs() a failure is about.
+std::string describe(const OptimizerConfig& config) {
+  return config.name + (config.momentum > 0 ? " momentum" : "") +
+         (config.nesterov ? " nesterov" : "");
+}
+
 TEST(OptimizerState, RoundTripContinuesBitwiseIdentically) {
   for (const OptimizerConfig& config : configs()) {
-    SCOPED_TRACE(config.name + (config.momentum > 0 ? " momentum" : "") +
-                 (config.nesterov ? " nesterov" : ""));
+    SCOPED_TRACE(describe(config));
     Rng rng(99, 1);
     std::unique_ptr<Optimizer> original = make_optimizer(config, kSegments);
     std::vector<float> params = random_vector(rng, 24);
@@ -88,8 +93,7 @@ TEST(OptimizerState, RoundTripContinuesBitwiseIdentically) {
 // that never move.
 TEST(OptimizerState, ParametersAtNewPageOffsetsContinueBitwiseIdentically) {
   for (const OptimizerConfig& config : configs()) {
-    SCOPED_TRACE(config.name + (config.momentum > 0 ? " momentum" : "") +
-                 (config.nesterov ? " nesterov" : ""));
+    SCOPED_TRACE(describe(config));
     Rng rng(7, 3);
     std::unique_ptr<Optimizer> still = make_optimizer(config, kSegments);
     std::unique_ptr<Optimizer> moving = make_optimizer(config, kSegments);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `dtrain bench train|gemm|collectives --json` print JSON rows with the documented
+# `dtrain bench train|scaling|gemm|collectives --json` print JSON rows with the documented
 # fields and plausible values (a smoke test of the command, not a timing: speed is measured by
 # running the benchmark, see docs/PERFORMANCE.md). Usage: bash bench_test.sh /path/to/dtrain
 set -euo pipefail
@@ -16,6 +16,27 @@ for r in rows:
     assert r["samples_per_second_min"] <= r["samples_per_second"] <= r["samples_per_second_max"], r
 assert rows[0]["parameters"] == 269322 and rows[2]["parameters"] == 61706, rows
 ' || fail "bench train --json rows"
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+"$DTRAIN" bench scaling --json --config "$ROOT/examples/fashion_mlp.toml" --workers 1,2 \
+  --rounds 2 --steps 3 --warmup 1 --set data.dataset=synthetic 2> /dev/null | python3 -c '
+import json, sys
+rows = json.load(sys.stdin)
+assert [(r["strategy"], r["workers"]) for r in rows] == [("allreduce", 1), ("allreduce", 2)], rows
+assert rows[0]["speedup"] == rows[0]["speedup_min"] == rows[0]["speedup_max"] == 1.0, rows
+for r in rows:
+    assert r["rate_unit"] == "samples/s" and r["samples_per_phase"] == 3 * 128, r
+    assert 0 < r["rate_min"] <= r["rate"] <= r["rate_max"], r
+' || fail "bench scaling --json rows (allreduce)"
+"$DTRAIN" bench scaling --json --config "$ROOT/examples/hogwild_sparse.toml" --workers 1,2 \
+  --rounds 2 --set data.synthetic_samples=5000 --set data.sparse_features=1000 2> /dev/null \
+  | python3 -c '
+import json, sys
+rows = json.load(sys.stdin)
+assert [(r["strategy"], r["workers"], r["rate_unit"]) for r in rows] == \
+    [("hogwild", 1, "updates/s"), ("hogwild", 2, "updates/s")], rows
+assert all(r["samples_per_phase"] == 5000 and r["rate"] > 0 for r in rows), rows
+' || fail "bench scaling --json rows (hogwild)"
 
 "$DTRAIN" bench gemm --json --threads 1 --repeats 1 | python3 -c '
 import json, sys
@@ -59,4 +80,9 @@ if "$DTRAIN" bench train --steps 0 2> "$ERR"; then fail "--steps 0 accepted"; fi
 if "$DTRAIN" bench collectives --algorithm butterfly 2> "$ERR"; then fail "--algorithm butterfly accepted"; fi
 [[ $(wc -l < "$ERR") -eq 1 ]] && grep -q '^error: .*butterfly.*ring' "$ERR" \
   || fail "no one-line error for --algorithm butterfly: $(cat "$ERR")"
-echo "ok: bench train/gemm/collectives JSON"
+if "$DTRAIN" bench scaling --config "$ROOT/examples/fashion_mlp_ps.toml" 2> "$ERR"; then
+  fail "bench scaling of a ps config accepted"
+fi
+[[ $(wc -l < "$ERR") -eq 1 ]] && grep -q '^error: .*"ps".*sweep --modes' "$ERR" \
+  || fail "no one-line error for bench scaling of a ps config: $(cat "$ERR")"
+echo "ok: bench train/scaling/gemm/collectives JSON"

@@ -19,8 +19,6 @@
 #include "dtrain/train/ps_run.h"
 
 namespace dtrain::train {
-namespace {
-
 // Rank threads with one compute thread each are bound to distinct CPUs when they fit (rank r on
 // the r-th CPU this process may use): left free, the scheduler sometimes stacks both ranks of a
 // 2-CPU machine on one core for a whole run (measured: 3 of 6 unpinned 2-worker runs at 92-106k
@@ -47,6 +45,8 @@ comm::CommOptions comm_options(const Config& config) {
   options.local_size = static_cast<int>(config.parallel.workers);
   return options;
 }
+
+namespace {
 
 // One rank's run, on its own thread: its log prefix, its own compute pool of train.threads
 // threads, the shared data; rank 0's summary is kept. Parameter-server runs give each rank its

@@ -17,11 +17,20 @@
 // (comm::spawn_ranks), and the error names the rank.
 #pragma once
 
+#include "dtrain/comm/communicator.h"
+#include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/train/config.h"
 #include "dtrain/train/metrics.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::train {
+
+// Whether thread ranks are bound to CPUs (see launch.cc), and the communicator options (deadline,
+// allreduce algorithm, stall warning, hierarchical groups) of a run of `config`: what
+// run_training uses, and what `dtrain bench scaling` (scaling_benchmark.h) uses so that its ranks
+// run as a training run's do.
+comm::RankPinning rank_pinning(const Config& config);
+comm::CommOptions comm_options(const Config& config);
 
 // Rank 0's summary.
 RunSummary run_training(const Config& config, const TrainerOptions& options);

@@ -1,6 +1,8 @@
 // dtrain bench: measured figures, printed as a table or as JSON rows.
 //   dtrain bench train   training samples/s per model and thread count (train/train_benchmark.h)
 //   dtrain bench gemm    tensor::gemm GFLOP/s at 1024^3 and at the training step's shapes
+//   dtrain bench scaling training speedup over one worker, worker counts alternating in one
+//                        process so that the host's noise cancels (train/scaling_benchmark.h)
 //   dtrain bench collectives  time, algbw and busbw per collective x algorithm x P x size
 //                        (comm/collective_benchmark.h), nccl-tests style, plus alpha-beta fits;
 //                        under `mpirun -np N` over the mpi transport, printed by rank 0
@@ -19,6 +21,7 @@
 #include "dtrain/comm/collective_benchmark.h"
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/tensor/gemm.h"
+#include "dtrain/train/scaling_benchmark.h"
 #include "dtrain/train/train_benchmark.h"
 
 namespace dtrain::apps {
@@ -56,6 +59,60 @@ void run_bench_train(const train::TrainBenchmarkOptions& options, bool json) {
                    {"step_ms", row.step_ms}});
   }
   fmt::print("{}\n", out.dump(2));
+}
+
+void run_bench_scaling(const std::string& config_path, const std::vector<std::string>& sets,
+                       const train::ScalingBenchmarkOptions& options, bool json) {
+  const train::Config config = train::load_config(config_path, sets);
+  const bool hogwild = config.parallel.strategy == "hogwild";
+  const char* unit = hogwild ? "updates/s" : "samples/s";
+  train::check_scaling_benchmark(config, options);
+  if (!json) {
+    fmt::print(
+        "# dtrain bench scaling: {} {} on {}, {}; {} rounds, each one phase per worker count ({}), "
+        "alternating; speedup = median over rounds of the rate over the {}-worker rate of the "
+        "same round\n",
+        config.parallel.strategy, config.model.name, config.data.dataset,
+        hogwild ? "threads without locks"
+                : fmt::format("global batch {}, allreduce {}", config.train.batch_size,
+                              config.parallel.allreduce),
+        options.rounds, hogwild ? "one epoch" : fmt::format("{} steps", options.steps),
+        options.workers.front());
+    std::fflush(stdout);
+  }
+  const auto rows = train::run_scaling_benchmark(config, options, [&](int round) {
+    if (json) return;
+    fmt::print(stderr, "\rround {}/{}", round + 1, options.rounds);
+    if (round + 1 == options.rounds) fmt::print(stderr, "\n");
+    std::fflush(stderr);
+  });
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& row : rows) {
+      out.push_back({{"bench", "scaling"},
+                     {"strategy", row.strategy},
+                     {"workers", row.workers},
+                     {"rounds", row.rounds},
+                     {"samples_per_phase", row.samples_per_phase},
+                     {"rate", row.rate},
+                     {"rate_unit", unit},
+                     {"rate_min", row.rate_min},
+                     {"rate_max", row.rate_max},
+                     {"speedup", row.speedup},
+                     {"speedup_min", row.speedup_min},
+                     {"speedup_max", row.speedup_max},
+                     {"efficiency", row.efficiency}});
+    }
+    fmt::print("{}\n", out.dump(2));
+    return;
+  }
+  fmt::print("{:>7} {:>12} {:>24} {:>8} {:>16} {:>10}\n", "workers", unit, "[min - max]", "speedup",
+             "[min - max]", "efficiency");
+  for (const auto& row : rows) {
+    fmt::print("{:>7} {:>12.0f} {:>24} {:>8.3f} {:>16} {:>10.3f}\n", row.workers, row.rate,
+               fmt::format("[{:.0f} - {:.0f}]", row.rate_min, row.rate_max), row.speedup,
+               fmt::format("[{:.2f} - {:.2f}]", row.speedup_min, row.speedup_max), row.efficiency);
+  }
 }
 
 struct GemmShape {
@@ -208,6 +265,9 @@ void run_bench_collectives(const comm::CollectiveBenchmarkOptions& options, bool
 Command add_bench_command(CLI::App& app) {
   struct Flags {
     train::TrainBenchmarkOptions train;
+    train::ScalingBenchmarkOptions scaling;
+    std::string scaling_config;
+    std::vector<std::string> scaling_sets;
     std::vector<int> gemm_threads{1, 2};
     int gemm_repeats = 5;
     comm::CollectiveBenchmarkOptions collectives;
@@ -218,8 +278,9 @@ Command add_bench_command(CLI::App& app) {
   auto flags = std::make_shared<Flags>();
   CLI::App* bench = app.add_subcommand(
       "bench",
-      "Measures speed: training samples/s (`dtrain bench train`) or GEMM GFLOP/s "
-      "(`dtrain bench gemm`). Figures are medians of repeated runs; see "
+      "Measures speed: training samples/s (`dtrain bench train`), the speedup of more workers "
+      "(`dtrain bench scaling`), GEMM GFLOP/s (`dtrain bench gemm`) or collectives' bandwidth "
+      "(`dtrain bench collectives`). Figures are medians of repeated runs; see "
       "docs/PERFORMANCE.md for the recorded ones and the peers' figures.");
   bench->require_subcommand(1);
 
@@ -242,6 +303,38 @@ Command add_bench_command(CLI::App& app) {
   train_cmd->add_option("--repeats", flags->train.repeats, "timed repeats (median reported)")
       ->capture_default_str();
   train_cmd->add_flag("--json", flags->json, "print a JSON list of rows instead of a table");
+
+  CLI::App* scaling_cmd = bench->add_subcommand(
+      "scaling",
+      "Speedup of W workers over the first count, with every worker count training in this "
+      "process in alternating phases (round r: each count in turn for --steps steps; a hogwild "
+      "config: one epoch), so that the machine's changing load hits all counts alike; speedup "
+      "= median over rounds of the same-round ratio. The config's data parallelism "
+      "(parallel.strategy = \"allreduce\": the trainer's own step, ranks as threads as in "
+      "`dtrain train --workers W`) or Hogwild! threads.\n"
+      "Examples:\n"
+      "  dtrain bench scaling --config examples/fashion_mlp.toml --workers 1,2\n"
+      "  dtrain bench scaling --config examples/hogwild_sparse.toml --workers 1,2 --rounds 30");
+  scaling_cmd->add_option("--config,-c", flags->scaling_config, "TOML config to train")->required();
+  scaling_cmd
+      ->add_option("--set,-s", flags->scaling_sets,
+                   "override one config key, e.g. --set parallel.allreduce=tree (repeatable)")
+      ->type_name("KEY=VALUE");
+  scaling_cmd
+      ->add_option("--workers,-w", flags->scaling.workers,
+                   "worker counts (ranks or threads); the first is the speedups' baseline")
+      ->delimiter(',')
+      ->capture_default_str();
+  scaling_cmd->add_option("--rounds", flags->scaling.rounds, "rounds (medians over them)")
+      ->capture_default_str();
+  scaling_cmd->add_option("--steps", flags->scaling.steps, "allreduce: steps per phase")
+      ->capture_default_str();
+  scaling_cmd
+      ->add_option("--warmup", flags->scaling.warmup_steps,
+                   "allreduce: untimed steps per worker count first (hogwild: > 0 runs one "
+                   "untimed epoch each)")
+      ->capture_default_str();
+  scaling_cmd->add_flag("--json", flags->json, "print a JSON list of rows instead of a table");
 
   CLI::App* gemm_cmd = bench->add_subcommand(
       "gemm",
@@ -297,11 +390,15 @@ Command add_bench_command(CLI::App& app) {
                      "pins them anyway)");
   coll_cmd->add_flag("--json", flags->json, "print a JSON list of rows instead of a table");
 
-  return Command{bench, [flags, train_cmd, gemm_cmd, coll_cmd] {
+  return Command{bench, [flags, train_cmd, scaling_cmd, gemm_cmd, coll_cmd] {
                    for (int t : flags->train.threads) {
                      if (t < 1) throw ConfigError(fmt::format("--threads: {} is not >= 1", t));
                    }
                    if (train_cmd->parsed()) run_bench_train(flags->train, flags->json);
+                   if (scaling_cmd->parsed()) {
+                     run_bench_scaling(flags->scaling_config, flags->scaling_sets, flags->scaling,
+                                       flags->json);
+                   }
                    if (gemm_cmd->parsed())
                      run_bench_gemm(flags->gemm_threads, flags->gemm_repeats, flags->json);
                    if (coll_cmd->parsed()) {

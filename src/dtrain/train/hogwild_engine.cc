@@ -1,0 +1,136 @@
+#include "dtrain/train/hogwild_engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "dtrain/base/error.h"
+#include "dtrain/data/libsvm_reader.h"
+#include "dtrain/data/sparse_synthetic.h"
+#include "dtrain/train/trainer.h"
+
+namespace dtrain::train {
+
+void check_hogwild_config(const Config& config) {
+  if (config.optim.name != "sgd" || config.optim.momentum != 0.0) {
+    throw ConfigError(fmt::format(
+        "config keys 'optim.name' = \"{}\" and 'optim.momentum' = {}: parallel.strategy = "
+        "\"hogwild\" runs plain SGD without momentum; set optim.name = \"sgd\" and optim.momentum "
+        "= 0",
+        config.optim.name, config.optim.momentum));
+  }
+}
+
+optim::LrSchedule hogwild_epoch_schedule(const Config& config) {
+  optim::ScheduleConfig schedule = schedule_config(config, 1);
+  schedule.global_batch = schedule.base_batch;
+  return optim::LrSchedule(schedule);
+}
+
+HogwildData load_hogwild_data(const Config& config) {
+  HogwildData out;
+  const DataSection& d = config.data;
+  if (config.model.name == "mlp") {
+    out.dense = load_run_data(d);
+    return out;
+  }
+  if (d.dataset == "libsvm") {
+    out.sparse_train = data::read_libsvm(d.path);
+    if (!d.test_path.empty()) {
+      out.sparse_test = data::read_libsvm(d.test_path, out.sparse_train->num_features);
+      // The test set first: its labels map by the training set's values as read.
+      data::make_binary_labels(*out.sparse_test, *out.sparse_train);
+    }
+    data::make_binary_labels(*out.sparse_train);
+  } else {
+    data::SparseSyntheticConfig synthetic;
+    synthetic.samples = d.synthetic_samples;
+    synthetic.features = d.sparse_features;
+    synthetic.nonzeros = d.sparse_nonzeros;
+    synthetic.label_noise = d.sparse_label_noise;
+    synthetic.seed = static_cast<std::uint64_t>(d.synthetic_seed);
+    out.sparse_train = data::make_sparse_synthetic(synthetic);
+    synthetic.samples = d.synthetic_test_samples;
+    out.sparse_test = data::make_sparse_synthetic(synthetic, d.synthetic_samples);  // the next ones
+  }
+  out.sparse_train = data::take_first_rows(*out.sparse_train, d.limit_train);
+  if (out.sparse_test) out.sparse_test = data::take_first_rows(*out.sparse_test, d.limit_test);
+  return out;
+}
+
+HogwildEngine::HogwildEngine(const Config& config, const HogwildData& data, int threads)
+    : data_(data) {
+  const TrainSection& t = config.train;
+  if (config.model.name != "mlp") {
+    DTRAIN_CHECK(data.sparse_train.has_value(), "Hogwild! {} without sparse data",
+                 config.model.name);
+    const data::SparseDataset& train = *data.sparse_train;
+    parallel::HogwildOptions options;
+    options.loss = parallel::linear_loss_from_name(config.model.name);
+    options.threads = threads;
+    options.l2 = static_cast<float>(config.optim.weight_decay);
+    options.seed = static_cast<std::uint64_t>(t.seed);
+    linear_ = std::make_unique<parallel::Hogwild>(train, options);
+    dataset_name_ = train.name;
+    parameters_ = train.num_features;
+    details_ = {{"loss", parallel::linear_loss_name(options.loss)},
+                {"l2", config.optim.weight_decay},
+                {"features", train.num_features},
+                {"nonzeros", train.nnz()}};
+    const std::int64_t test_size = data.sparse_test ? data.sparse_test->size() : 0;
+    description_ = fmt::format("{} train / {} test samples, {:.1f} non-zeros per sample",
+                               train.size(), test_size,
+                               static_cast<double>(train.nnz()) /
+                                   static_cast<double>(std::max<std::int64_t>(1, train.size())));
+    return;
+  }
+  if (t.loss != "cross_entropy") {
+    throw ConfigError(fmt::format(
+        "config key 'train.loss' = \"{}\": a hogwild mlp trains with \"cross_entropy\" only",
+        t.loss));
+  }
+  DTRAIN_CHECK(data.dense.has_value(), "Hogwild! mlp without dense data");
+  const RunData& dense = *data.dense;
+  parallel::HogwildDenseOptions options;
+  options.threads = threads;
+  options.batch_size = t.batch_size;
+  options.weight_decay = static_cast<float>(config.optim.weight_decay);
+  options.seed = static_cast<std::uint64_t>(t.seed);
+  mlp_ = std::make_unique<parallel::HogwildDense>(
+      model_spec(config.model, dense.train.sample_shape(), dense.train.num_classes), dense.train,
+      options);
+  dataset_name_ = dense.train.name;
+  parameters_ = mlp_->num_params();
+  details_ = {{"batch_size_per_thread_step", t.batch_size},
+              {"weight_decay", config.optim.weight_decay}};
+  description_ = fmt::format("{} train / {} test samples, batches of {} per thread step",
+                             dense.train.size(), dense.test.size(), t.batch_size);
+}
+
+HogwildEngine::~HogwildEngine() = default;
+
+parallel::HogwildEpoch HogwildEngine::run_epoch(std::int64_t epoch, float lr) {
+  return linear_ ? linear_->run_epoch(epoch, lr) : mlp_->run_epoch(epoch, lr);
+}
+
+HogwildFigures HogwildEngine::evaluate_train() const {
+  if (linear_) {
+    const parallel::LinearEvaluation e = linear_->evaluate(*data_.sparse_train);
+    return {e.loss, e.accuracy};
+  }
+  const parallel::DenseEvaluation e = mlp_->evaluate(data_.dense->train);
+  return {e.loss, e.accuracy};
+}
+
+std::optional<HogwildFigures> HogwildEngine::evaluate_test() const {
+  if (linear_) {
+    if (!data_.sparse_test || data_.sparse_test->size() == 0) return std::nullopt;
+    const parallel::LinearEvaluation e = linear_->evaluate(*data_.sparse_test);
+    return HogwildFigures{e.loss, e.accuracy};
+  }
+  if (data_.dense->test.size() == 0) return std::nullopt;
+  const parallel::DenseEvaluation e = mlp_->evaluate(data_.dense->test);
+  return HogwildFigures{e.loss, e.accuracy};
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,112 @@
+// dtrain bench scaling's engine: one row per worker count in the order given, the first count's
+// speedup exactly 1 in every round, the speedups' range bracketing their median, phases of the
+// asked size for both strategies, and bad options refused before anything runs.
+#include "dtrain/train/scaling_benchmark.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "dtrain/base/error.h"
+
+namespace dtrain::train {
+namespace {
+
+using ::testing::HasSubstr;
+
+Config tiny_allreduce() {
+  Config c;
+  c.data.dataset = "synthetic";
+  c.data.synthetic_samples = 96;
+  c.data.synthetic_test_samples = 8;
+  c.data.synthetic_classes = 3;
+  c.data.synthetic_shape = {1, 3, 3};
+  c.model.hidden = {8};
+  c.train.batch_size = 12;
+  c.train.checkpoint_every = 0;
+  return c;
+}
+
+Config tiny_hogwild() {
+  Config c;
+  c.parallel.strategy = "hogwild";
+  c.model.name = "logistic";
+  c.data.dataset = "sparse-synthetic";
+  c.data.synthetic_samples = 2000;
+  c.data.synthetic_test_samples = 100;
+  c.data.sparse_features = 500;
+  c.data.sparse_nonzeros = 5;
+  c.optim.momentum = 0.0;
+  c.optim.lr = 0.1;
+  return c;
+}
+
+void expect_consistent(const std::vector<ScalingBenchmarkRow>& rows,
+                       const std::vector<int>& workers, std::int64_t samples_per_phase) {
+  ASSERT_EQ(rows.size(), workers.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "row " << i);
+    EXPECT_EQ(rows[i].workers, workers[i]);
+    EXPECT_EQ(rows[i].samples_per_phase, samples_per_phase);
+    EXPECT_GT(rows[i].rate_min, 0.0);
+    EXPECT_LE(rows[i].rate_min, rows[i].rate);
+    EXPECT_LE(rows[i].rate, rows[i].rate_max);
+    EXPECT_LE(rows[i].speedup_min, rows[i].speedup);
+    EXPECT_LE(rows[i].speedup, rows[i].speedup_max);
+    EXPECT_DOUBLE_EQ(rows[i].efficiency, rows[i].speedup * workers[0] / workers[i]);
+  }
+  // The baseline against itself, round by round.
+  EXPECT_DOUBLE_EQ(rows[0].speedup_min, 1.0);
+  EXPECT_DOUBLE_EQ(rows[0].speedup_max, 1.0);
+}
+
+TEST(ScalingBenchmark, DataParallelRowsFollowTheWorkerList) {
+  ScalingBenchmarkOptions options;
+  options.workers = {2, 1, 3};  // the baseline need not be 1; a sub-communicator for 2 of 3
+  options.rounds = 3;
+  options.steps = 4;
+  options.warmup_steps = 1;
+  const auto rows = run_scaling_benchmark(tiny_allreduce(), options);
+  expect_consistent(rows, options.workers, 4 * 12);
+  EXPECT_EQ(rows[0].strategy, "allreduce");
+}
+
+TEST(ScalingBenchmark, HogwildPhasesAreEpochs) {
+  ScalingBenchmarkOptions options;
+  options.rounds = 3;
+  int rounds_seen = 0;
+  const auto rows = run_scaling_benchmark(tiny_hogwild(), options,
+                                          [&](int round) { EXPECT_EQ(round, rounds_seen++); });
+  EXPECT_EQ(rounds_seen, 3);
+  expect_consistent(rows, options.workers, 2000);
+  EXPECT_EQ(rows[1].strategy, "hogwild");
+}
+
+TEST(ScalingBenchmark, RefusesWhatItCannotMeasure) {
+  ScalingBenchmarkOptions options;
+  Config ps = tiny_allreduce();
+  ps.parallel.strategy = "ps";
+  try {
+    check_scaling_benchmark(ps, options);
+    FAIL() << "ps accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("sweep --modes"));
+  }
+  options.workers = {1, 1};
+  EXPECT_THROW(check_scaling_benchmark(tiny_allreduce(), options), ConfigError);
+  options.workers = {0, 2};
+  EXPECT_THROW(check_scaling_benchmark(tiny_allreduce(), options), ConfigError);
+  options.workers = {};
+  EXPECT_THROW(check_scaling_benchmark(tiny_allreduce(), options), ConfigError);
+  options.workers = {1, 2};
+  options.rounds = 0;
+  EXPECT_THROW(run_scaling_benchmark(tiny_allreduce(), options), ConfigError);
+  options.rounds = 1;
+  options.steps = 0;
+  EXPECT_THROW(check_scaling_benchmark(tiny_allreduce(), options), ConfigError);
+  options.steps = 1;
+  options.warmup_steps = -1;
+  EXPECT_THROW(check_scaling_benchmark(tiny_allreduce(), options), ConfigError);
+}
+
+}  // namespace
+}  // namespace dtrain::train

@@ -272,11 +272,6 @@ float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t>
   if (global_count == 0) global_count = local * world_;
   const std::int64_t micro_batches = std::min(config_.train.accumulate_steps, local);
   nn::ParamStore& store = model_->store();
-  store.zero_grads();
-  if (trace_.enabled()) {
-    trace_.add("zero gradients", "compute", TraceRecorder::kComputeThread, step_start, Clock::now(),
-               fmt::format(R"({{"step":{}}})", step));
-  }
   if (sync_) sync_->begin_step();
   double loss_sum = 0.0;
   std::int64_t correct_sum = 0;
@@ -304,6 +299,14 @@ float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t>
     if (weight != 1.0f) {
       float* d = dlogits_.data();
       for (std::int64_t i = 0; i < dlogits_.numel(); ++i) d[i] *= weight;
+    }
+    if (m == 0) {
+      const auto zero_start = Clock::now();
+      store.zero_grads();
+      if (trace_.enabled()) {
+        trace_.add("zero gradients", "compute", TraceRecorder::kComputeThread, zero_start,
+                   Clock::now(), fmt::format(R"({{"step":{}}})", step));
+      }
     }
     const auto backward_start = Clock::now();
     const bool last = m + 1 == micro_batches;

@@ -15,6 +15,8 @@
 # (when built): this VM's two CPUs switch between a fast state (~120 ns per round trip) and a slow
 # one (~500 ns) for minutes at a time, which moves 2-worker figures far more than any change of
 # ours; a second table repeats the summary over the rounds whose two readings were both fast.
+# Each round also runs `dtrain bench scaling --workers 1,2`, which alternates 1 and 2 workers in
+# 150-step phases inside one process, so that its speedup is little moved by that state.
 # Usage: scripts/compare_ddp.sh [ROUNDS]   (default 3; needs python3-torch and build/dtrain)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -73,6 +75,15 @@ print(json.dumps({"who": "pytorch-ddp-2", "round": int(sys.argv[1]),
   dtrain_run dtrain-2-zero1-overlap --workers 2 --zero-stage 1 --overlap true
   dtrain_run dtrain-2-zero1-no-overlap --workers 2 --zero-stage 1 --overlap false
   dtrain_run dtrain-2-zero1-one-bucket --workers 2 --zero-stage 1 --fusion-bytes 16777216
+  # The same question answered inside one process: 1 and 2 workers in alternating 150-step phases
+  # (dtrain bench scaling), so that the VM's changing state hits both alike.
+  "$DTRAIN" bench scaling --config "$ROOT/examples/fashion_mlp.toml" --workers 1,2 --rounds 20 \
+    --steps 150 --json 2>/dev/null | python3 -c '
+import json, sys
+rows = json.load(sys.stdin)
+print(json.dumps({"who": "bench-scaling-2", "round": int(sys.argv[1]),
+                  "samples_per_second": rows[1]["rate"], "speedup": rows[1]["speedup"],
+                  "tta85": None, "tta88": None}))' "$round" >> "$OUT/results.jsonl"
   echo "{\"who\": \"ping-pong-ns-end\", \"round\": $round, \"samples_per_second\": $(ping_pong_ns), \"tta85\": null, \"tta88\": null}" >> "$OUT/results.jsonl"
 done
 
@@ -105,6 +116,11 @@ def table(rows, title):
         t88 = med(who, "tta88")
         print(f"| {who} | {s:,.0f} | {s / one:.2f} | {round_ratio(who):.2f} | {s / ddp:.2f} | "
               f"{med(who, 'tta85'):.2f} | {t88:.2f} | {ddp88 / t88:.2f} |")
+    xs = [r["speedup"] for r in rows if r["who"] == "bench-scaling-2"]
+    if xs:
+        print(f"\n`dtrain bench scaling --workers 1,2` (20 alternating rounds of 150 steps, in one "
+              f"process): 2 workers at {statistics.median(xs):.3f}x one worker (median over "
+              f"{len(xs)} runs: {', '.join(f'{x:.3f}' for x in xs)})")
 rounds = sorted({r["round"] for r in all_rows})
 print("core round trip per round (ns, start/end): " +
       ", ".join(f"{k}: {'/'.join(str(x) for x in ping.get(k, []))}" for k in rounds))

@@ -16,66 +16,55 @@ using hogwild_detail::part_begin;
 using hogwild_detail::run_on_threads;
 using hogwild_detail::thread_cpu_seconds;
 using Weight = std::atomic_ref<float>;
-// Samples between the first prefetch for a sample and its update; 4-byte entries per 64-byte line.
+// Samples between the first prefetch for a sample and its update.
 constexpr std::int64_t kPrefetchDistance = 8;
-constexpr std::int64_t kFloatsPerLine = 16;
 // Samples a thread claims at a time: one shared counter increment per ~100 us of updates.
 constexpr std::int64_t kChunk = 1024;
 static_assert(Weight::is_always_lock_free,
               "Hogwild! needs lock-free atomic floats: a lock per access would serialise it");
 
 // Sequential SGD over `order`: the loop every thread runs on each chunk it takes.
-void sgd_over(std::span<const std::int64_t> order, const data::SparseDataset& data, float* w,
+void sgd_over(std::span<const std::int64_t> order, const SparseRecords& records, float* w,
               LinearLoss loss, float lr, float l2) {
-  const std::int64_t* offsets = data.row_offsets.data();
-  const std::int32_t* columns = data.columns.data();
-  const float* values = data.values.data();
-  const float* labels = data.labels.data();
+  const std::int64_t* starts = records.starts();
+  const SparseEntry* entries = records.entries();
   const auto n = static_cast<std::int64_t>(order.size());
   for (std::int64_t next = 0; next < n; ++next) {
-    // The order is random, so every sample's offsets, label, entries and weights are cache misses
-    // (the data set is larger than the caches); prefetching them ahead in three stages (offsets
-    // 8 samples ahead, entries 4, weights 2) overlaps those misses with the current sample's
-    // work. Prefetches change no value.
+    // The order is random, so every sample's start and record are cache misses (the data set is
+    // larger than the caches); prefetching them ahead in three stages (its start 8 samples ahead,
+    // its record's lines 4, its weights 2) overlaps those misses with the current sample's work.
+    // Prefetches change no value.
     if (next + kPrefetchDistance < n) {
-      const std::int64_t ahead = order[static_cast<std::size_t>(next + kPrefetchDistance)];
-      __builtin_prefetch(offsets + ahead);
-      __builtin_prefetch(labels + ahead);
+      __builtin_prefetch(starts + order[static_cast<std::size_t>(next + kPrefetchDistance)]);
     }
     if (next + kPrefetchDistance / 2 < n) {
       const std::int64_t ahead = order[static_cast<std::size_t>(next + kPrefetchDistance / 2)];
-      const std::int64_t end = offsets[ahead + 1];
-      for (std::int64_t p = offsets[ahead]; p < end; p += kFloatsPerLine) {
-        __builtin_prefetch(columns + p);
-        __builtin_prefetch(values + p);
-      }
-      if (end > offsets[ahead]) {  // the line of the last entry, when the row straddles one more
-        __builtin_prefetch(columns + end - 1);
-        __builtin_prefetch(values + end - 1);
+      for (std::int64_t p = starts[ahead]; p < starts[ahead + 1];
+           p += SparseRecords::kEntriesPerLine) {
+        __builtin_prefetch(entries + p);
       }
     }
     if (next + kPrefetchDistance / 4 < n) {
-      // The weights the sample after next touches, for writing (its columns arrived meanwhile).
-      const std::int64_t ahead = order[static_cast<std::size_t>(next + kPrefetchDistance / 4)];
-      for (std::int64_t p = offsets[ahead]; p < offsets[ahead + 1]; ++p) {
-        __builtin_prefetch(w + columns[p], 1);
-      }
+      // The weights the sample after next touches, for writing (its record arrived meanwhile).
+      const SparseEntry* ahead =
+          records.record(order[static_cast<std::size_t>(next + kPrefetchDistance / 4)]);
+      for (std::int32_t p = 1; p <= ahead[0].column; ++p)
+        __builtin_prefetch(w + ahead[p].column, 1);
     }
-    const std::int64_t i = order[static_cast<std::size_t>(next)];
-    const std::int64_t begin = offsets[i];
-    const std::int64_t end = offsets[i + 1];
+    const SparseEntry* record = records.record(order[static_cast<std::size_t>(next)]);
+    const std::int32_t count = record[0].column;
+    const float y = record[0].value;
     float z = 0.0f;
-    for (std::int64_t p = begin; p < end; ++p) {
-      z += Weight(w[columns[p]]).load(std::memory_order_relaxed) * values[p];
+    for (std::int32_t p = 1; p <= count; ++p) {
+      z += Weight(w[record[p].column]).load(std::memory_order_relaxed) * record[p].value;
     }
-    const float y = labels[i];
     const float g = y * linear_loss_derivative(loss, y * z);
     if (g == 0.0f && l2 == 0.0f) continue;
-    for (std::int64_t p = begin; p < end; ++p) {
+    for (std::int32_t p = 1; p <= count; ++p) {
       // Load and store, not fetch_add: a write of another thread in between is lost (allowed).
-      Weight wj(w[columns[p]]);
+      Weight wj(w[record[p].column]);
       const float old = wj.load(std::memory_order_relaxed);
-      wj.store(old - lr * (g * values[p] + l2 * old), std::memory_order_relaxed);
+      wj.store(old - lr * (g * record[p].value + l2 * old), std::memory_order_relaxed);
     }
   }
 }
@@ -106,7 +95,7 @@ float linear_loss_derivative(LinearLoss loss, float margin) {
 }
 
 Hogwild::Hogwild(const data::SparseDataset& train, HogwildOptions options)
-    : train_(train), options_(options) {
+    : train_(train), options_(options), records_(train) {
   if (options_.threads < 1) {
     throw ConfigError(fmt::format("Hogwild!: threads must be >= 1, got {}", options_.threads));
   }
@@ -143,7 +132,7 @@ HogwildEpoch Hogwild::run_epoch(std::int64_t epoch, float lr) {
     for (auto chunk = chunks.next(); !chunk.empty(); chunk = chunks.next()) {
       sgd_over(std::span<const std::int64_t>(order).subspan(static_cast<std::size_t>(chunk.begin),
                                                             static_cast<std::size_t>(chunk.size())),
-               train_, w, options_.loss, lr, options_.l2);
+               records_, w, options_.loss, lr, options_.l2);
       done += chunk.size();
     }
     result.thread_updates[static_cast<std::size_t>(t)] = done;

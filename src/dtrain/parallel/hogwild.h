@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "dtrain/data/sparse_dataset.h"
+#include "dtrain/parallel/sparse_records.h"
 
 namespace dtrain::parallel {
 
@@ -87,6 +88,8 @@ class Hogwild {
  private:
   const data::SparseDataset& train_;
   HogwildOptions options_;
+  // The training samples as one line-aligned record each: what the update loop reads.
+  SparseRecords records_;
   std::vector<float> weights_;
 };
 

@@ -48,8 +48,9 @@ void sgd_over(std::span<const std::int64_t> order, const SparseRecords& records,
       // The weights the sample after next touches, for writing (its record arrived meanwhile).
       const SparseEntry* ahead =
           records.record(order[static_cast<std::size_t>(next + kPrefetchDistance / 4)]);
-      for (std::int32_t p = 1; p <= ahead[0].column; ++p)
+      for (std::int32_t p = 1; p <= ahead[0].column; ++p) {
         __builtin_prefetch(w + ahead[p].column, 1);
+      }
     }
     const SparseEntry* record = records.record(order[static_cast<std::size_t>(next)]);
     const std::int32_t count = record[0].column;

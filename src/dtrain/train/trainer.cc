@@ -300,11 +300,11 @@ float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t>
       float* d = dlogits_.data();
       for (std::int64_t i = 0; i < dlogits_.numel(); ++i) d[i] *= weight;
     }
-    if (m == 0) {
-      const auto zero_start = Clock::now();
+    const auto forward_end = Clock::now();
+    if (m == 0) {  // after the forward: see "zero the gradients" in trainer.h
       store.zero_grads();
       if (trace_.enabled()) {
-        trace_.add("zero gradients", "compute", TraceRecorder::kComputeThread, zero_start,
+        trace_.add("zero gradients", "compute", TraceRecorder::kComputeThread, forward_end,
                    Clock::now(), fmt::format(R"({{"step":{}}})", step));
       }
     }
@@ -317,7 +317,7 @@ float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t>
     }
     if (trace_.enabled()) {  // the argument strings cost allocations: only while tracing
       const std::string args = fmt::format(R"({{"step":{},"micro_batch":{}}})", step, m);
-      trace_.add("forward", "compute", TraceRecorder::kComputeThread, forward_start, backward_start,
+      trace_.add("forward", "compute", TraceRecorder::kComputeThread, forward_start, forward_end,
                  args);
       trace_.add("backward", "compute", TraceRecorder::kComputeThread, backward_start, Clock::now(),
                  args);

@@ -2,8 +2,9 @@
 # End-to-end parameter servers: `dtrain train --strategy ps` as threads with bsp (the same final
 # loss as allreduce training), async and ssp (staleness histograms in summary.json, ssp within its
 # bound), a backup worker under a straggler, the same under `mpirun -np 3` (2 worker processes, 1
-# server process) and `mpirun -np 2 --colocate-servers` (each rank both worker and server), and
-# configuration mistakes named with exit code 2.
+# server process) and `mpirun -np 2 --colocate-servers` (each rank both worker and server),
+# configuration mistakes named with exit code 2, and docs/PS.md's async example (6 workers, 2
+# servers) training the Fashion-MNIST MLP without diverging.
 # Usage: bash ps_e2e_test.sh /path/to/dtrain   (run by ctest as apps.ps_e2e_test)
 set -euo pipefail
 DTRAIN=$(realpath "$1")
@@ -83,3 +84,20 @@ expect_error "needs parallel.consistency = \"async\"" --workers 2 --strategy ps 
 expect_error "consistency" --workers 2 --strategy ps --consistency eventual
 expect_error "cannot each live on a worker" --workers 1 --strategy ps --colocate-servers --servers 2
 echo "ok: configuration mistakes are named"
+
+# --- docs/PS.md's example: Downpour with 6 workers and 2 servers on Fashion-MNIST ------------------
+# Each push is a 1/W share of a global batch; when every push was a full step, this diverged to NaN
+# within the first epoch.
+if [[ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
+  echo "skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+  exit 0
+fi
+"$DTRAIN" train --config examples/fashion_mlp_ps.toml --consistency async --servers 2 --workers 6 \
+  --epochs 1 --quiet --out "$TMP/async6" || fail "async with 6 workers and 2 servers failed"
+python3 - "$TMP/async6" <<'PY' || fail "async with 6 workers below 80% after one epoch"
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json"))
+assert s["parallel"]["workers"] == 6 and s["parallel"]["servers"] == 2, s["parallel"]
+assert s["final_test_accuracy"] >= 0.80, s["final_test_accuracy"]
+PY
+echo "ok: async with 6 workers and 2 servers trains Fashion-MNIST"

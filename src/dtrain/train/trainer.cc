@@ -666,10 +666,11 @@ RunSummary Trainer::run() {
     const std::int64_t first = epoch == start_epoch ? start_position : 0;
     std::int64_t step_in_epoch = first / batch;
     std::int64_t pos = first;
-    // This rank's next samples of the epoch's order, [begin, begin + size), and the samples of
-    // the whole step over all ranks (`batch`); none at the end of the epoch.
+    // This rank's next samples of the epoch's order, [begin, begin + size), the samples of the
+    // whole step over all ranks (`batch`), and the batch its gradient is a share of (`scale_to`:
+    // the gradient is scaled by size / scale_to); none at the end of the epoch.
     struct Share {
-      std::int64_t begin = 0, size = 0, batch = 0;
+      std::int64_t begin = 0, size = 0, batch = 0, scale_to = 0;
     };
     auto next_share = [&]() -> std::optional<Share> {
       if (ticketed()) {
@@ -683,7 +684,10 @@ RunSummary Trainer::run() {
         const std::int64_t begin = (pending_ticket % tickets_per_epoch) * local_batch;
         pending_ticket = -1;
         const std::int64_t size = std::min(local_batch, n - begin);
-        return Share{begin, size, size};
+        // A ticket's gradient is a 1/W share of a global batch (linear scaling to the worker's
+        // batch): W pushes then move the parameters as far as one synchronous step, rather than W
+        // times as far, which with the momentum asynchrony adds diverged at W = 6 (docs/PS.md).
+        return Share{begin, size, size, local_batch * world_};
       }
       if (pos >= n || step_in_epoch >= steps_per_epoch_) return std::nullopt;
       const std::int64_t count = std::min(batch, n - pos);
@@ -691,10 +695,11 @@ RunSummary Trainer::run() {
       const std::int64_t begin = pos + count * rank_ / world_;
       const std::int64_t end = pos + count * (rank_ + 1) / world_;
       pos += batch;
-      return Share{begin, end - begin, count};
+      return Share{begin, end - begin, count, count};
     };
     while (const std::optional<Share> next = next_share()) {
       const std::int64_t count = next->batch;
+      const std::int64_t scale_to = next->scale_to;
       const std::int64_t share_begin = next->begin;
       const std::int64_t share = next->size;
       Stopwatch step_clock;
@@ -710,7 +715,7 @@ RunSummary Trainer::run() {
       std::int64_t correct = 0;
       const double lr = schedule_->lr(global_step);
       if (global_step >= trace_until) trace_.stop();
-      const float value = train_step(x, y, global_step, &correct, count);
+      const float value = train_step(x, y, global_step, &correct, scale_to);
       const double seconds = step_clock.seconds();
       step_seconds.push_back(seconds);
       ++global_step;

@@ -115,6 +115,27 @@ TEST(Config, ZeroStageTakesAutoOrAStageNumber) {
               HasSubstr("'optim.name'"));
 }
 
+TEST(Config, FusionBytesTakesAutoOrAByteCount) {
+  EXPECT_EQ(parse_config("", "x.toml").parallel.fusion_bytes, "auto");
+  EXPECT_EQ(parse_config("[parallel]\nfusion_bytes = 0\n", "x.toml").parallel.fusion_bytes, "0");
+  EXPECT_EQ(parse_config("", "x.toml", {"parallel.fusion_bytes=1048576"}).parallel.fusion_bytes,
+            "1048576");
+  EXPECT_EQ(parse_config("", "x.toml", {"parallel.fusion_bytes=\"auto\""}).parallel.fusion_bytes,
+            "auto");
+  for (const char* bad : {"-1", "\"big\"", "\"12k\"", "\"\""}) {
+    EXPECT_THAT(config_error([&] {
+                  parse_config(std::string("[parallel]\nfusion_bytes = ") + bad + "\n", "x.toml");
+                }),
+                AllOf(HasSubstr("'parallel.fusion_bytes'"), HasSubstr("\"auto\" or an integer")))
+        << bad;
+  }
+  // A count is written back as a TOML integer, "auto" as a string; both read back the same.
+  const Config counted = parse_config("[parallel]\nfusion_bytes = 256\n", "x.toml");
+  EXPECT_THAT(to_toml(counted), HasSubstr("fusion_bytes = 256\n"));
+  EXPECT_EQ(parse_config(to_toml(counted), "y.toml").parallel.fusion_bytes, "256");
+  EXPECT_THAT(to_toml(parse_config("", "x.toml")), HasSubstr("fusion_bytes = \"auto\"\n"));
+}
+
 TEST(Config, LaterOverrideWins) {
   const Config config = parse_config("", "x.toml", {"train.epochs=2", "train.epochs=4"});
   EXPECT_EQ(config.train.epochs, 4);

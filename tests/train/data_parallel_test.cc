@@ -86,7 +86,7 @@ TEST_F(DataParallelTest, FusionOverlapAndAccumulationGiveTheSameNumbers) {
   for (std::int64_t fusion : {std::int64_t{0}, std::int64_t{256}, std::int64_t{1} << 24}) {
     for (const char* overlap : {"true", "false"}) {
       Config c = config;
-      c.parallel.fusion_bytes = fusion;
+      c.parallel.fusion_bytes = std::to_string(fusion);
       c.parallel.overlap = overlap;
       EXPECT_LT(relative_difference(allreduce_training(c, 3), reference), 1e-5)
           << "fusion " << fusion << " overlap " << overlap;
@@ -104,7 +104,7 @@ TEST_F(DataParallelTest, FusionOverlapAndAccumulationGiveTheSameNumbers) {
 
 TEST_F(DataParallelTest, OverlapOnOrOffIsBitwiseEqual) {
   Config config = mlp_config();
-  config.parallel.fusion_bytes = 256;
+  config.parallel.fusion_bytes = std::to_string(256);
   config.parallel.overlap = "true";
   const std::vector<float> with = allreduce_training(config, 2);
   config.parallel.overlap = "false";
@@ -195,7 +195,7 @@ TEST_F(DataParallelTest, ShardedOptimizerFollowsTheRingAllreduceRun) {
       for (std::int64_t fusion : {std::int64_t{0}, std::int64_t{256}, std::int64_t{1} << 20}) {
         Config c = config;
         c.parallel.zero_stage = std::string("1");
-        c.parallel.fusion_bytes = fusion;
+        c.parallel.fusion_bytes = std::to_string(fusion);
         c.parallel.overlap = "true";
         const std::vector<float> sharded = allreduce_training(c, ranks);
         const std::string what = fmt::format("{}, {} ranks, fusion {}", optimizer, ranks, fusion);

@@ -38,6 +38,9 @@ struct Field {
   bool min_open = false;
   bool max_open = false;
   std::vector<std::string> choices = {};
+  // A string key whose value is "auto" or a count >= min (parallel.fusion_bytes): it also takes
+  // TOML integers, and a count is written back unquoted.
+  bool auto_or_count = false;
 
   std::string name() const { return std::string(section) + "." + key; }
 };
@@ -231,9 +234,17 @@ std::vector<Field> fields(Config& c) {
        "data-parallel ranks as threads of each process (x processes under mpirun)", 1, 1024},
       {"parallel", "allreduce", &p.allreduce, "gradient allreduce algorithm", -kInf, kInf, false,
        false, algorithms},
-      int_at_least("parallel", "fusion_bytes", &p.fusion_bytes,
-                   "gradient bucket size in bytes (tensor fusion); 0 = one allreduce per tensor",
-                   0),
+      {"parallel",
+       "fusion_bytes",
+       &p.fusion_bytes,
+       "gradient bucket size in bytes (tensor fusion); 0 = one allreduce per tensor; auto: 1 MiB "
+       "buckets with overlap, one bucket without (docs/PARALLEL.md)",
+       0,
+       kInf,
+       false,
+       false,
+       {},
+       true},
       {"parallel",
        "overlap",
        &p.overlap,
@@ -354,6 +365,7 @@ const char* type_name(const Target& target) {
 }
 
 std::string range_text(const Field& field) {
+  if (field.auto_or_count) return fmt::format("\"auto\" or an integer >= {}", field.min);
   if (!field.choices.empty()) {
     std::vector<std::string> quoted;
     for (const auto& choice : field.choices) quoted.push_back(quote(choice));
@@ -370,6 +382,23 @@ std::string range_text(const Field& field) {
   if (has_min) return fmt::format("{} {} {}", what, field.min_open ? ">" : ">=", field.min);
   if (has_max) return fmt::format("{} {} {}", what, field.max_open ? "<" : "<=", field.max);
   return "any";
+}
+
+// "0", "1048576", ...: decimal digits only (no sign, no spaces), an int64 >= min.
+bool is_count_at_least(const std::string& text, double min) {
+  if (text.empty() || text.size() > 18 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  return static_cast<double>(std::stoll(text)) >= min;
+}
+
+// A field's value as TOML: counts of auto_or_count keys unquoted, the rest by format_value.
+std::string toml_value(const Field& field) {
+  if (const auto* s = std::get_if<std::string*>(&field.target)) {
+    if (field.auto_or_count && **s != "auto") return **s;
+  }
+  return format_value(field.target);
 }
 
 bool in_range(const Field& field, double value) {
@@ -440,7 +469,7 @@ void assign(const Field& field, const toml::node& node, const std::string& where
       // A key whose choices include numbers (parallel.zero_stage) also takes integers; validate()
       // then checks them against the choices like any string.
       const auto* i = node.as_integer();
-      if (i != nullptr && accepts_integers(field)) {
+      if (i != nullptr && (accepts_integers(field) || field.auto_or_count)) {
         *v = std::to_string(i->get());
         return;
       }
@@ -592,6 +621,10 @@ void validate_impl(const Config& config, const Origins& origins) {
   for (const auto& field : table) {
     const std::string value = format_value(field.target);
     if (const auto* s = std::get_if<std::string*>(&field.target)) {
+      if (field.auto_or_count) {
+        if (**s != "auto" && !is_count_at_least(**s, field.min)) out_of_range(field, value);
+        continue;
+      }
       if (field.choices.empty()) continue;
       bool found = false;
       for (const auto& choice : field.choices) found = found || choice == **s;
@@ -759,7 +792,7 @@ std::string to_toml(const Config& config) {
     for (const auto& field : table) {
       if (field.section != std::string_view(section)) continue;
       out += fmt::format("# {} ({})\n{} = {}\n", field.help, range_text(field), field.key,
-                         format_value(field.target));
+                         toml_value(field));
     }
   }
   return out;

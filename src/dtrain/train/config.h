@@ -108,7 +108,7 @@ struct ParallelSection {
   std::string strategy = "allreduce";   // allreduce | ps (docs/PS.md) | hogwild (docs/HOGWILD.md)
   std::int64_t workers = 1;             // ranks as threads of each process
   std::string allreduce = "ring";       // a comm allreduce algorithm
-  std::int64_t fusion_bytes = 1 << 20;  // gradient bucket size; 0 = one per tensor
+  std::string fusion_bytes = "auto";  // gradient bucket bytes, 0 = one per tensor (fusion_policy.h)
   std::string overlap = "auto";         // allreduce buckets while backward runs: auto|true|false
   bool sync_batch_norm = false;         // batch-norm statistics over all ranks
   double stall_warning_seconds = 10.0;  // warn when a bucket waits this long

@@ -134,11 +134,13 @@ Trainer::Trainer(Config config, TrainerOptions options)
     parallel::broadcast_parameters(comm, model_->store());
     parallel::DataParallelOptions dp;
     dp.algorithm = config_.parallel.allreduce;
-    dp.fusion_bytes = config_.parallel.fusion_bytes;
     overlap_ = decide_overlap(config_.parallel.overlap,
                               overlap_inputs(static_cast<int>(config_.parallel.workers),
                                              static_cast<int>(config_.train.threads)));
     dp.overlap = overlap_.overlap;
+    fusion_ = decide_fusion_bytes(config_.parallel.fusion_bytes, overlap_.overlap,
+                                  model_->store().num_params() * 4);
+    dp.fusion_bytes = fusion_.bytes;
     dp.check_headers = config_.parallel.check_headers;
     zero_ = decide_zero_stage(config_.parallel.zero_stage, comm.size(), config_.optim.name,
                               config_.parallel.allreduce);
@@ -535,13 +537,13 @@ RunSummary Trainer::run() {
   if (sync_) {
     const auto& buckets = sync_->buckets();
     progress.message(fmt::format(
-        "data parallel: {} ranks ({} per process), {}, {} gradient buckets of <= {} bytes, "
-        "overlap {}, batch norm {}",
+        "data parallel: {} ranks ({} per process), {}, {} gradient bucket(s): {}, overlap {}, "
+        "batch norm {}",
         world_, config_.parallel.workers,
         sharded()
             ? "optimizer " + zero_.reason + " (ZeRO-1: ring reduce-scatter, update 1/P, allgather)"
             : "allreduce " + config_.parallel.allreduce + ", optimizer " + zero_.reason,
-        buckets.size(), config_.parallel.fusion_bytes, overlap_.reason,
+        buckets.size(), fusion_.reason, overlap_.reason,
         config_.parallel.sync_batch_norm ? "synchronized" : "per rank"));
   }
   if (options_.resume) {
@@ -869,7 +871,8 @@ RunSummary Trainer::run() {
         {"processes", world_ / config_.parallel.workers},
         {"transport", std::string(comm->transport().name())},
         {"allreduce", config_.parallel.allreduce},
-        {"fusion_bytes", config_.parallel.fusion_bytes},
+        {"fusion_bytes", fusion_.bytes},
+        {"fusion_bytes_setting", config_.parallel.fusion_bytes},
         {"buckets", sync_->buckets().size()},
         {"overlap", overlap_.overlap},
         {"overlap_setting", config_.parallel.overlap},

@@ -54,6 +54,7 @@
 #include "dtrain/parallel/sync_batch_norm.h"
 #include "dtrain/ps/client.h"
 #include "dtrain/train/config.h"
+#include "dtrain/train/fusion_policy.h"
 #include "dtrain/train/metrics.h"
 #include "dtrain/train/overlap_policy.h"
 #include "dtrain/train/run_data.h"
@@ -165,6 +166,7 @@ class Trainer {
   std::unique_ptr<parallel::GradientSynchronizer> sync_;
   OverlapDecision overlap_;  // parallel.overlap resolved for this host (overlap_policy.h)
   ZeroDecision zero_;        // parallel.zero_stage resolved for this run (zero_policy.h)
+  FusionDecision fusion_;    // parallel.fusion_bytes resolved for this run (fusion_policy.h)
   std::unique_ptr<parallel::SyncBatchNormReducer> bn_reducer_;
   StepTimes last_step_;
   std::int64_t dropped_steps_ = 0;  // bsp with backup workers: this worker's late gradients

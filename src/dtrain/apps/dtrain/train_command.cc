@@ -27,7 +27,7 @@ struct TrainFlags {
   std::int64_t workers = 0;
   std::string strategy;
   std::string allreduce;
-  std::int64_t fusion_bytes = -1;
+  std::string fusion_bytes;
   std::string overlap;
   bool no_overlap = false;
   std::string zero_stage;
@@ -98,8 +98,11 @@ int run_train(const TrainFlags& flags) {
   if (!flags.allreduce.empty()) {
     overrides.push_back(fmt::format("parallel.allreduce=\"{}\"", flags.allreduce));
   }
-  if (flags.fusion_bytes >= 0) {
-    overrides.push_back(fmt::format("parallel.fusion_bytes={}", flags.fusion_bytes));
+  if (!flags.fusion_bytes.empty()) {
+    // "auto" as a TOML string; a count as a TOML integer (Config checks it).
+    overrides.push_back(flags.fusion_bytes == "auto"
+                            ? std::string("parallel.fusion_bytes=\"auto\"")
+                            : "parallel.fusion_bytes=" + flags.fusion_bytes);
   }
   if (!flags.overlap.empty()) overrides.push_back("parallel.overlap=" + flags.overlap);
   if (flags.no_overlap) overrides.push_back("parallel.overlap=false");
@@ -185,8 +188,17 @@ Command add_train_command(CLI::App& app) {
       "gradient allreduce algorithm (ring, tree, halving-doubling, ...; `dtrain config` "
       "lists them)");
   sub->add_option("--fusion-bytes", flags->fusion_bytes,
-                  "gradient bucket size in bytes; 0 = one allreduce per tensor")
-      ->check(CLI::NonNegativeNumber);
+                  "gradient bucket size in bytes; 0 = one allreduce per tensor; auto (default): "
+                  "1 MiB buckets when overlapping, else one bucket")
+      ->check(CLI::Validator(
+          [](const std::string& text) {
+            const bool count = !text.empty() && text.size() <= 18 &&
+                               text.find_first_not_of("0123456789") == std::string::npos;
+            return text == "auto" || count
+                       ? std::string()
+                       : "'" + text + "' is neither auto nor a byte count such as 0 or 1048576";
+          },
+          "auto|BYTES"));
   auto* overlap =
       sub->add_option("--overlap", flags->overlap,
                       "allreduce gradient buckets during backward: auto (default: only when each "

@@ -94,10 +94,10 @@ if [[ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
 fi
 "$DTRAIN" train --config examples/fashion_mlp_ps.toml --consistency async --servers 2 --workers 6 \
   --epochs 1 --quiet --out "$TMP/async6" || fail "async with 6 workers and 2 servers failed"
-python3 - "$TMP/async6" <<'PY' || fail "async with 6 workers below 80% after one epoch"
+python3 - "$TMP/async6" <<'PY' || fail "async with 6 workers below 75% after one epoch"
 import json, sys
 s = json.load(open(sys.argv[1] + "/summary.json"))
 assert s["parallel"]["workers"] == 6 and s["parallel"]["servers"] == 2, s["parallel"]
-assert s["final_test_accuracy"] >= 0.80, s["final_test_accuracy"]
+assert s["final_test_accuracy"] >= 0.75, s["final_test_accuracy"]
 PY
 echo "ok: async with 6 workers and 2 servers trains Fashion-MNIST"

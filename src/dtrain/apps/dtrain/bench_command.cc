@@ -7,8 +7,10 @@
 //                        (comm/collective_benchmark.h), nccl-tests style, plus alpha-beta fits;
 //                        under `mpirun -np N` over the mpi transport, printed by rank 0
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -80,8 +82,10 @@ void run_bench_scaling(const std::string& config_path, const std::vector<std::st
         options.workers.front());
     std::fflush(stdout);
   }
+  // A round counter on a terminal only: a log should not fill with carriage returns.
+  const bool counter = !json && isatty(fileno(stderr)) != 0;
   const auto rows = train::run_scaling_benchmark(config, options, [&](int round) {
-    if (json) return;
+    if (!counter) return;
     fmt::print(stderr, "\rround {}/{}", round + 1, options.rounds);
     if (round + 1 == options.rounds) fmt::print(stderr, "\n");
     std::fflush(stderr);

@@ -1,5 +1,6 @@
 #include "dtrain/parallel/sparse_records.h"
 
+#include <algorithm>
 #include <limits>
 #include <new>
 

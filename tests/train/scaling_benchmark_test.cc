@@ -7,24 +7,14 @@
 #include <gtest/gtest.h>
 
 #include "dtrain/base/error.h"
+#include "parallel_training_fixture.h"
 
 namespace dtrain::train {
 namespace {
 
 using ::testing::HasSubstr;
-
-Config tiny_allreduce() {
-  Config c;
-  c.data.dataset = "synthetic";
-  c.data.synthetic_samples = 96;
-  c.data.synthetic_test_samples = 8;
-  c.data.synthetic_classes = 3;
-  c.data.synthetic_shape = {1, 3, 3};
-  c.model.hidden = {8};
-  c.train.batch_size = 12;
-  c.train.checkpoint_every = 0;
-  return c;
-}
+// 240 samples, global batch 24 (the data-parallel tests' MLP).
+class ScalingBenchmark : public testing::ParallelTrainingTest {};
 
 Config tiny_hogwild() {
   Config c;
@@ -44,7 +34,7 @@ void expect_consistent(const std::vector<ScalingBenchmarkRow>& rows,
                        const std::vector<int>& workers, std::int64_t samples_per_phase) {
   ASSERT_EQ(rows.size(), workers.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    SCOPED_TRACE(testing::Message() << "row " << i);
+    SCOPED_TRACE(::testing::Message() << "row " << i);
     EXPECT_EQ(rows[i].workers, workers[i]);
     EXPECT_EQ(rows[i].samples_per_phase, samples_per_phase);
     EXPECT_GT(rows[i].rate_min, 0.0);
@@ -59,18 +49,18 @@ void expect_consistent(const std::vector<ScalingBenchmarkRow>& rows,
   EXPECT_DOUBLE_EQ(rows[0].speedup_max, 1.0);
 }
 
-TEST(ScalingBenchmark, DataParallelRowsFollowTheWorkerList) {
+TEST_F(ScalingBenchmark, DataParallelRowsFollowTheWorkerList) {
   ScalingBenchmarkOptions options;
   options.workers = {2, 1, 3};  // the baseline need not be 1; a sub-communicator for 2 of 3
   options.rounds = 3;
   options.steps = 4;
   options.warmup_steps = 1;
-  const auto rows = run_scaling_benchmark(tiny_allreduce(), options);
-  expect_consistent(rows, options.workers, 4 * 12);
+  const auto rows = run_scaling_benchmark(mlp_config(), options);
+  expect_consistent(rows, options.workers, 4 * 24);
   EXPECT_EQ(rows[0].strategy, "allreduce");
 }
 
-TEST(ScalingBenchmark, HogwildPhasesAreEpochs) {
+TEST_F(ScalingBenchmark, HogwildPhasesAreEpochs) {
   ScalingBenchmarkOptions options;
   options.rounds = 3;
   int rounds_seen = 0;
@@ -81,9 +71,9 @@ TEST(ScalingBenchmark, HogwildPhasesAreEpochs) {
   EXPECT_EQ(rows[1].strategy, "hogwild");
 }
 
-TEST(ScalingBenchmark, RefusesWhatItCannotMeasure) {
+TEST_F(ScalingBenchmark, RefusesWhatItCannotMeasure) {
   ScalingBenchmarkOptions options;
-  Config ps = tiny_allreduce();
+  Config ps = mlp_config();
   ps.parallel.strategy = "ps";
   try {
     check_scaling_benchmark(ps, options);
@@ -92,20 +82,20 @@ TEST(ScalingBenchmark, RefusesWhatItCannotMeasure) {
     EXPECT_THAT(e.what(), HasSubstr("sweep --modes"));
   }
   options.workers = {1, 1};
-  EXPECT_THROW(check_scaling_benchmark(tiny_allreduce(), options), ConfigError);
+  EXPECT_THROW(check_scaling_benchmark(mlp_config(), options), ConfigError);
   options.workers = {0, 2};
-  EXPECT_THROW(check_scaling_benchmark(tiny_allreduce(), options), ConfigError);
+  EXPECT_THROW(check_scaling_benchmark(mlp_config(), options), ConfigError);
   options.workers = {};
-  EXPECT_THROW(check_scaling_benchmark(tiny_allreduce(), options), ConfigError);
+  EXPECT_THROW(check_scaling_benchmark(mlp_config(), options), ConfigError);
   options.workers = {1, 2};
   options.rounds = 0;
-  EXPECT_THROW(run_scaling_benchmark(tiny_allreduce(), options), ConfigError);
+  EXPECT_THROW(run_scaling_benchmark(mlp_config(), options), ConfigError);
   options.rounds = 1;
   options.steps = 0;
-  EXPECT_THROW(check_scaling_benchmark(tiny_allreduce(), options), ConfigError);
+  EXPECT_THROW(check_scaling_benchmark(mlp_config(), options), ConfigError);
   options.steps = 1;
   options.warmup_steps = -1;
-  EXPECT_THROW(check_scaling_benchmark(tiny_allreduce(), options), ConfigError);
+  EXPECT_THROW(check_scaling_benchmark(mlp_config(), options), ConfigError);
 }
 
 }  // namespace

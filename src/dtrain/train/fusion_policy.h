@@ -7,8 +7,9 @@
 //   overlap on    1 MiB buckets (kOverlapBucketBytes), as DDP and Horovod bucket for overlap;
 //   overlap off   one bucket holding every gradient.
 // On the development VM one bucket beat 1 MiB buckets without overlap in 4 of 5 alternated pairs of
-// `dtrain bench scaling --workers 1,2` (2 workers, ZeRO-1: speedup +0.035 on average, 2-worker
-// samples/s +4-10%; docs/PERFORMANCE.md). A number (bytes; 0 = one bucket per tensor) is obeyed.
+// `dtrain bench scaling --workers 1,2` (2 workers, ZeRO-1: speedup +0.035 on average; 2-worker
+// samples/s -3% to +10%, median +7%; docs/PERFORMANCE.md). A number (bytes; 0 = one bucket per
+// tensor) is obeyed.
 #pragma once
 
 #include <cstdint>

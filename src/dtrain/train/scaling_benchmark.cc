@@ -97,18 +97,18 @@ class BatchStream {
  public:
   BatchStream(std::int64_t samples, std::int64_t batch, std::uint64_t seed)
       : sampler_(samples, seed), batch_(batch) {}
-  // Rank `rank` of `ranks`'s share of the next global batch: [begin + batch r / P, ...), as
-  // Trainer::run splits it.
+  // Rank `rank` of `ranks`'s share of the next global batch (rank_share, as Trainer::run splits
+  // it).
   std::span<const std::int64_t> next_share(int rank, int ranks) {
     if (order_.empty() || pos_ + batch_ > static_cast<std::int64_t>(order_.size())) {
       order_ = sampler_.epoch_order(epoch_++);
       pos_ = 0;
     }
-    const std::int64_t begin = pos_ + batch_ * rank / ranks;
-    const std::int64_t end = pos_ + batch_ * (rank + 1) / ranks;
+    const RankShare share = rank_share(batch_, rank, ranks);
+    const std::int64_t begin = pos_ + share.begin;
     pos_ += batch_;
     return std::span<const std::int64_t>(order_).subspan(static_cast<std::size_t>(begin),
-                                                         static_cast<std::size_t>(end - begin));
+                                                         static_cast<std::size_t>(share.size));
   }
 
  private:
@@ -176,12 +176,16 @@ std::vector<ScalingBenchmarkRow> run_allreduce(const Config& config,
           Participant& p = parts[i];
           if (!p.trainer) return 0.0;
           const int w = options.workers[i];
-          Stopwatch clock;
+          // What a run's step clock times: the gather and the step, not the epoch's shuffle.
+          double seconds = 0.0;
           for (std::int64_t s = 0; s < steps; ++s) {
-            data::gather_batch(data->train, p.batches->next_share(rank, w), p.x, p.y);
+            const std::span<const std::int64_t> share = p.batches->next_share(rank, w);
+            Stopwatch clock;
+            data::gather_batch(data->train, share, p.x, p.y);
             p.trainer->train_step(p.x, p.y, p.step++, nullptr, batch);
+            seconds += clock.seconds();
           }
-          return clock.seconds();
+          return seconds;
         };
         for (std::size_t i = 0; i < counts; ++i) {
           world.barrier();

@@ -693,11 +693,11 @@ RunSummary Trainer::run() {
       }
       if (pos >= n || step_in_epoch >= steps_per_epoch_) return std::nullopt;
       const std::int64_t count = std::min(batch, n - pos);
-      // The global batch [pos, pos + count) split over the ranks: [pos + count r / P, ...).
-      const std::int64_t begin = pos + count * rank_ / world_;
-      const std::int64_t end = pos + count * (rank_ + 1) / world_;
+      // The global batch [pos, pos + count) split over the ranks.
+      const RankShare mine = rank_share(count, rank_, world_);
+      const Share share{pos + mine.begin, mine.size, count, count};
       pos += batch;
-      return Share{begin, end - begin, count, count};
+      return share;
     };
     while (const std::optional<Share> next = next_share()) {
       const std::int64_t count = next->batch;

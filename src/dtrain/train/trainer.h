@@ -95,6 +95,17 @@ optim::OptimizerConfig optimizer_config(const OptimSection& config);
 // warmup, so the last step of the run reaches min_lr.
 optim::ScheduleConfig schedule_config(const Config& config, std::int64_t steps_per_epoch);
 
+// Rank r's part of a global batch of `count` samples over P ranks: [count r / P, count (r + 1) /
+// P), sizes differing by at most one.
+struct RankShare {
+  std::int64_t begin = 0;
+  std::int64_t size = 0;
+};
+inline RankShare rank_share(std::int64_t count, int rank, int ranks) {
+  const std::int64_t begin = count * rank / ranks;
+  return {begin, count * (rank + 1) / ranks - begin};
+}
+
 class Trainer {
  public:
   // Loads the data and builds the model, optimizer and schedule; nothing is written yet.

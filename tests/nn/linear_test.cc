@@ -3,9 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <vector>
 
 #include "dtrain/base/error.h"
+#include "dtrain/tensor/gemm.h"
 #include "grad_check.h"
 
 namespace dtrain::nn {
@@ -119,6 +122,33 @@ TEST(LinearTest, GemmPathMatchesNaiveLoops) {
   expect_matches_naive(1, 7, 5);
   expect_matches_naive(1, 1, 1);
   expect_matches_naive(13, 31, 17);
+  // out > B takes the transposed product (linear.h); out <= B the direct one.
+  expect_matches_naive(20, 9, 6);
+  expect_matches_naive(5, 33, 64);
+}
+
+// linear.h: with out > B forward computes y^T = W x^T + b and transposes it. Each output is the
+// same sum in the same order as the direct product x W^T + b, so the two agree bit for bit, and a
+// run's numbers do not depend on which path a batch size takes.
+TEST(LinearTest, TransposedForwardIsBitwiseTheDirectProduct) {
+  for (const auto& [batch, in, out] :
+       {std::array<std::int64_t, 3>{64, 784, 256}, {7, 100, 33}, {1, 256, 10}, {100, 120, 101}}) {
+    SCOPED_TRACE(::testing::Message() << "B=" << batch << " in=" << in << " out=" << out);
+    ASSERT_GT(out, batch);
+    Linear fc("fc", in, out);
+    ParamStore store;
+    bind_single_layer(fc, store, 3);
+    for (std::int64_t o = 0; o < out; ++o) store.params()[out * in + o] = 0.01f * (o - 5);
+    const tensor::Tensor x = random_tensor({batch, in}, 8);
+    const std::vector<float> y = fc.forward(x, train_ctx()).to_vector();
+    std::vector<float> direct(static_cast<std::size_t>(batch * out));
+    for (std::int64_t i = 0; i < batch; ++i) {
+      std::copy(fc.bias().data(), fc.bias().data() + out, direct.data() + i * out);
+    }
+    tensor::gemm(tensor::Trans::kNo, tensor::Trans::kYes, batch, out, in, 1.0f, x.data(), in,
+                 fc.weight().data(), in, 1.0f, direct.data(), out);
+    EXPECT_EQ(y, direct);
+  }
 }
 
 TEST(LinearTest, BackwardAddsIntoTheGradientBufferAndSkipsDxWhenAsked) {

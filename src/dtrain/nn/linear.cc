@@ -4,6 +4,7 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/tensor/gemm.h"
+#include "dtrain/tensor/transpose.h"
 
 namespace dtrain::nn {
 Linear::Linear(std::string name, std::int64_t in_features, std::int64_t out_features, InitKind init,
@@ -54,9 +55,19 @@ const tensor::Tensor& Linear::forward(const tensor::Tensor& x, const ForwardCont
   const std::int64_t batch = out_shape[0];
   x_ = x;
   y_.ensure_shape(out_shape);
-  // Start every row at the bias, then accumulate x W^T onto it (beta = 1).
   float* y = y_.data();
   const float* b = bias_.data();
+  if (out_ > batch) {
+    // y^T (out, B) = W x^T, each row starting at its bias, then transposed into y: see the header.
+    yt_.ensure_shape({out_, batch});
+    float* yt = yt_.data();
+    for (std::int64_t o = 0; o < out_; ++o) std::fill(yt + o * batch, yt + (o + 1) * batch, b[o]);
+    tensor::gemm(tensor::Trans::kNo, tensor::Trans::kYes, out_, batch, in_, 1.0f, weight_.data(),
+                 in_, x.data(), in_, 1.0f, yt, batch);
+    tensor::transpose(out_, batch, yt, batch, y, out_);
+    return y_;
+  }
+  // Start every row at the bias, then accumulate x W^T onto it (beta = 1).
   for (std::int64_t row = 0; row < batch; ++row) {
     std::copy(b, b + out_, y + row * out_);
   }

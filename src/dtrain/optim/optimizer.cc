@@ -65,15 +65,34 @@ Optimizer::Optimizer(std::vector<Segment> segments) : segments_(std::move(segmen
   }
 }
 
+void Optimizer::step_range(float* /*params*/, const float* /*grads*/, double /*lr*/,
+                           std::int64_t /*begin*/, std::int64_t /*end*/) {
+  throw InternalError("Optimizer::step_range on an optimizer that does not update in parts");
+}
+
 void Optimizer::place_state(const float* params, const float* grads,
                             std::initializer_list<PlacedFloats*> states) {
   if (ranges_.empty()) return;
-  const Range& anchor =
-      *std::max_element(ranges_.begin(), ranges_.end(),
-                        [](const Range& a, const Range& b) { return a.numel < b.numel; });
+  place_at(PlacedFloats::page_offset_of(params + anchor().param_offset),
+           PlacedFloats::page_offset_of(grads + anchor().param_offset), states);
+}
+
+void Optimizer::place_state_for_range(const float* params,
+                                      std::initializer_list<PlacedFloats*> states) {
+  if (ranges_.empty()) return;
+  const std::size_t p = PlacedFloats::page_offset_of(params + anchor().param_offset);
+  place_at(p, (p + PlacedFloats::kHalfPage) % PlacedFloats::kPageBytes, states);
+}
+
+const Optimizer::Range& Optimizer::anchor() const {
+  return *std::max_element(ranges_.begin(), ranges_.end(),
+                           [](const Range& a, const Range& b) { return a.numel < b.numel; });
+}
+
+void Optimizer::place_at(std::size_t p, std::size_t g,
+                         std::initializer_list<PlacedFloats*> states) {
+  const Range& anchor = this->anchor();
   constexpr std::size_t kPage = PlacedFloats::kPageBytes;
-  const std::size_t p = PlacedFloats::page_offset_of(params + anchor.param_offset);
-  const std::size_t g = PlacedFloats::page_offset_of(grads + anchor.param_offset);
   // The three quarter points after the parameters, farthest from the gradients first (an array:
   // this runs every step, which allocates nothing).
   std::array<std::size_t, 3> slots{};

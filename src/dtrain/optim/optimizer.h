@@ -25,6 +25,7 @@
 // gradients.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -75,6 +76,19 @@ class Optimizer {
   // Elements outside every segment are neither read nor written.
   virtual void step(float* params, const float* grads, double lr) = 0;
 
+  // One update in parts, where updates_in_parts() (SGD): step_range updates the
+  // elements [begin, end) of the parameter buffer that lie in this optimizer's segments, reading
+  // element begin + i's gradient from grads[i] (a buffer of end - begin floats, which need not be
+  // the gradient buffer: parallel::GradientSynchronizer passes sums it just formed); then
+  // finish_step() counts the update. Parts must not overlap and together give the same bits as
+  // step(). Elsewhere step_range throws InternalError: LARS needs whole tensors, and Adam's
+  // vector loop and its scalar tail round differently (GCC contracts the tail into FMAs), so its
+  // bits would depend on where the parts are cut.
+  virtual bool updates_in_parts() const { return false; }
+  virtual void step_range(float* params, const float* grads, double lr, std::int64_t begin,
+                          std::int64_t end);
+  void finish_step() { count_step(); }
+
   // Updates applied so far (Adam's bias correction uses it).
   std::int64_t steps() const { return steps_; }
 
@@ -110,6 +124,19 @@ class Optimizer {
   // offset for these params and grads. Cheap after the first call.
   void place_state(const float* params, const float* grads,
                    std::initializer_list<PlacedFloats*> states);
+  // The same for step_range, whose gradients are not in a flat buffer: placed as if they were
+  // half a page from the parameters (nn::ParamStore's layout).
+  void place_state_for_range(const float* params, std::initializer_list<PlacedFloats*> states);
+  // Calls fn(range, first, count) for the part [first, first + count) (offsets into the range)
+  // of every range that meets [begin, end), in order.
+  template <typename Fn>
+  void for_each_range_part(std::int64_t begin, std::int64_t end, Fn&& fn) const {
+    for (const Range& range : ranges_) {
+      const std::int64_t lo = std::max(begin, range.param_offset);
+      const std::int64_t hi = std::min(end, range.param_offset + range.numel);
+      if (lo < hi) fn(range, lo - range.param_offset, hi - lo);
+    }
+  }
 
   // Shared by the load_state implementations: checks `state` against the expected names (each of
   // state_numel() finite floats) and `steps` >= 0, throwing CheckpointError that names both sides.
@@ -118,6 +145,11 @@ class Optimizer {
   void set_steps(std::int64_t steps) { steps_ = steps; }
 
  private:
+  // The largest range: the one placement is computed for.
+  const Range& anchor() const;
+  // place_state's work, from the page offsets of the anchor's parameters (p) and gradients (g).
+  void place_at(std::size_t p, std::size_t g, std::initializer_list<PlacedFloats*> states);
+
   std::vector<Segment> segments_;
   std::vector<std::int64_t> state_offsets_;
   std::vector<Range> ranges_;

@@ -48,27 +48,39 @@ Sgd::Sgd(const OptimizerConfig& config, std::vector<Segment> segments)
   if (config.momentum > 0.0) velocity_ = PlacedFloats(state_numel(), 0);
 }
 
+void Sgd::update(float* p, const float* g, float* v, std::int64_t n, float lr, float wd) const {
+  // Element-wise, so splitting a range over the compute threads gives the same bits.
+  compute_pool().parallel_for(n, kElementsPerTask, [&](std::int64_t b, std::int64_t e) {
+    if (v == nullptr) {
+      sgd_plain(p + b, g + b, e - b, lr, wd);
+    } else if (nesterov_) {
+      sgd_momentum<true>(p + b, g + b, v + b, e - b, lr, wd, momentum_);
+    } else {
+      sgd_momentum<false>(p + b, g + b, v + b, e - b, lr, wd, momentum_);
+    }
+  });
+}
+
 void Sgd::step(float* params, const float* grads, double lr) {
   DTRAIN_CHECK(std::isfinite(lr) && lr >= 0.0, "learning rate {} must be finite and >= 0", lr);
-  const auto lr_f = static_cast<float>(lr);
   place_state(params, grads, {&velocity_});
   for (const Range& range : ranges()) {
-    float* p = params + range.param_offset;
-    const float* g = grads + range.param_offset;
     float* v = velocity_.empty() ? nullptr : velocity_.data() + range.state_offset;
-    const float wd = range.weight_decay ? weight_decay_ : 0.0f;
-    // Element-wise, so splitting a range over the compute threads gives the same bits.
-    compute_pool().parallel_for(range.numel, kElementsPerTask, [&](std::int64_t b, std::int64_t e) {
-      if (v == nullptr) {
-        sgd_plain(p + b, g + b, e - b, lr_f, wd);
-      } else if (nesterov_) {
-        sgd_momentum<true>(p + b, g + b, v + b, e - b, lr_f, wd, momentum_);
-      } else {
-        sgd_momentum<false>(p + b, g + b, v + b, e - b, lr_f, wd, momentum_);
-      }
-    });
+    update(params + range.param_offset, grads + range.param_offset, v, range.numel,
+           static_cast<float>(lr), range.weight_decay ? weight_decay_ : 0.0f);
   }
   count_step();
+}
+
+void Sgd::step_range(float* params, const float* grads, double lr, std::int64_t begin,
+                     std::int64_t end) {
+  DTRAIN_CHECK(std::isfinite(lr) && lr >= 0.0, "learning rate {} must be finite and >= 0", lr);
+  place_state_for_range(params, {&velocity_});
+  for_each_range_part(begin, end, [&](const Range& range, std::int64_t first, std::int64_t count) {
+    float* v = velocity_.empty() ? nullptr : velocity_.data() + range.state_offset + first;
+    update(params + range.param_offset + first, grads + (range.param_offset + first - begin), v,
+           count, static_cast<float>(lr), range.weight_decay ? weight_decay_ : 0.0f);
+  });
 }
 
 std::vector<StateTensor> Sgd::state() const {

@@ -24,11 +24,17 @@ class Sgd final : public Optimizer {
   Sgd(const OptimizerConfig& config, std::vector<Segment> segments);
 
   void step(float* params, const float* grads, double lr) override;
+  bool updates_in_parts() const override { return true; }
+  void step_range(float* params, const float* grads, double lr, std::int64_t begin,
+                  std::int64_t end) override;
   // {"sgd.momentum"} when momentum > 0, else nothing.
   std::vector<StateTensor> state() const override;
   void load_state(const std::vector<StateTensor>& state, std::int64_t steps) override;
 
  private:
+  // The rule over n elements (v null without momentum).
+  void update(float* p, const float* g, float* v, std::int64_t n, float lr, float wd) const;
+
   float momentum_;
   float weight_decay_;
   bool nesterov_;

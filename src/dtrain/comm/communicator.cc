@@ -733,6 +733,23 @@ void Communicator::recv(void* data, std::int64_t count, DType dtype, int peer, s
   point_to_point(false, data, count, dtype, peer, tag);
 }
 
+std::vector<const void*> Communicator::exchange_addresses(const void* address) {
+  if (!shares_memory()) {
+    throw InternalError(fmt::format(
+        "Communicator::exchange_addresses over the {} transport, whose ranks do not share memory",
+        transport_->name()));
+  }
+  const auto mine = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(address));
+  std::vector<std::int64_t> all(static_cast<std::size_t>(size()));
+  allgather(&mine, all.data(), 1, DType::kI64);
+  std::vector<const void*> addresses;
+  addresses.reserve(all.size());
+  for (const std::int64_t a : all) {
+    addresses.push_back(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(a)));
+  }
+  return addresses;
+}
+
 void Communicator::barrier(const CollectiveOptions& options) {
   run(make_call(Kind::kBarrier, nullptr, nullptr, 0, DType::kU8, ReduceOp::kMax, 0, options));
 }

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "dtrain/base/dtype.h"
 #include "dtrain/comm/reduce_op.h"
@@ -102,6 +103,14 @@ class Communicator {
   const CommOptions& options() const { return options_; }
   Transport& transport() { return *transport_; }
   CommStats& stats() { return stats_; }
+
+  // Every rank is a thread of this process (Transport::shares_memory): a rank may then read what
+  // another rank owns, between two collectives that order the accesses (a barrier's messages
+  // carry release/acquire order), as MPI-3 shared-memory windows allow between processes.
+  bool shares_memory() const { return transport_->shares_memory(); }
+  // Collective, shared memory only (InternalError otherwise): every rank's `address`, indexed by
+  // rank. One allgather of 8 bytes per rank.
+  std::vector<const void*> exchange_addresses(const void* address);
 
   // Blocking point-to-point with the communicator's deadline; `tag` < 2^47, matched FIFO per
   // (peer, tag); never mixes with collective traffic.

@@ -43,6 +43,7 @@ class SubTransport : public Transport {
   int size() const override { return static_cast<int>(world_ranks_.size()); }
   // The world transport's name ("inproc", "mpi"): a view changes ranks, not how bytes move.
   std::string_view name() const override { return world_->name(); }
+  bool shares_memory() const override { return world_->shares_memory(); }
   std::unique_ptr<Request> isend(int peer, std::uint64_t tag, const void* data,
                                  std::size_t bytes) override;
   std::unique_ptr<Request> irecv(int peer, std::uint64_t tag, void* data,

@@ -43,6 +43,10 @@ class Transport {
   virtual int size() const = 0;
   // "inproc", "mpi", ...: printed in logs, stats and benchmark tables.
   virtual std::string_view name() const = 0;
+  // True when every rank is a thread of this process (inproc), so that a rank may read memory
+  // another rank owns, between two messages that order the accesses (Communicator::
+  // exchange_addresses, MPI-3's shared-memory windows for threads).
+  virtual bool shares_memory() const { return false; }
   // `data` must stay valid and unchanged until the request completes or is destroyed.
   virtual std::unique_ptr<Request> isend(int peer, std::uint64_t tag, const void* data,
                                          std::size_t bytes) = 0;

@@ -1,5 +1,6 @@
-// Optimizer::step_range (optimizer.h): an update done in parts, each reading its gradients from a
-// buffer of its own, gives the same bits as step() (SGD); the other rules refuse.
+// Optimizer::step_range (optimizer.h): an update done in parts, with the gradient the sum of one or
+// more buffers read in the update's loop, gives the bits of step() on the summed gradient (SGD);
+// the other rules refuse.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -25,26 +26,34 @@ std::vector<float> values(std::size_t n, float scale, float shift) {
   return v;
 }
 
-void expect_parts_match_step(const OptimizerConfig& config) {
-  SCOPED_TRACE(config.name);
+// `sources` gradient buffers per step; step() gets their left-to-right sum, step_range the
+// buffers themselves, in parts.
+void expect_parts_match_step(const OptimizerConfig& config, int sources) {
+  SCOPED_TRACE(::testing::Message()
+               << config.name << " momentum " << config.momentum << " nesterov " << config.nesterov
+               << ", " << sources << " buffer(s)");
   auto whole = make_optimizer(config, segments());
   auto parts = make_optimizer(config, segments());
   std::vector<float> p_whole = values(110, 2.0f, -1.0f);
   std::vector<float> p_parts = p_whole;
   // Part borders inside segments, on a segment border, in the gap, and past the end.
-  const std::vector<std::int64_t> borders = {0, 10, 43, 50, 61, 98, 120};
+  const std::vector<std::int64_t> borders = {0, 10, 43, 50, 61, 98, 110};
   for (int step = 0; step < 4; ++step) {
-    const std::vector<float> grads = values(110, 1.0f, -0.5f + 0.1f * static_cast<float>(step));
-    const double lr = 0.05 * (step + 1);
-    whole->step(p_whole.data(), grads.data(), lr);
-    for (std::size_t i = 0; i + 1 < borders.size(); ++i) {
-      const std::int64_t begin = borders[i];
-      const std::int64_t end = borders[i + 1];
-      std::vector<float> chunk(static_cast<std::size_t>(end - begin), 99.0f);
-      for (std::int64_t k = begin; k < std::min<std::int64_t>(end, 110); ++k) {
-        chunk[static_cast<std::size_t>(k - begin)] = grads[static_cast<std::size_t>(k)];
+    std::vector<std::vector<float>> buffers;
+    std::vector<float> sum(110, 0.0f);
+    for (int k = 0; k < sources; ++k) {
+      buffers.push_back(values(110, 1.0f + 0.3f * static_cast<float>(k),
+                               -0.5f + 0.1f * static_cast<float>(step + k)));
+      for (std::size_t i = 0; i < sum.size(); ++i) {
+        sum[i] = k == 0 ? buffers[0][i] : sum[i] + buffers.back()[i];
       }
-      parts->step_range(p_parts.data(), chunk.data(), lr, begin, end);
+    }
+    std::vector<const float*> pointers;
+    for (const auto& b : buffers) pointers.push_back(b.data());
+    const double lr = 0.05 * (step + 1);
+    whole->step(p_whole.data(), sum.data(), lr);
+    for (std::size_t i = 0; i + 1 < borders.size(); ++i) {
+      parts->step_range(p_parts.data(), pointers, lr, borders[i], borders[i + 1]);
     }
     parts->finish_step();
     ASSERT_EQ(p_parts, p_whole) << "after step " << step + 1;
@@ -60,11 +69,14 @@ TEST(StepRange, PartsGiveTheBitsOfOneStep) {
   OptimizerConfig sgd;
   sgd.name = "sgd";
   sgd.weight_decay = 0.01;
-  expect_parts_match_step(sgd);
-  sgd.momentum = 0.9;
-  expect_parts_match_step(sgd);
-  sgd.nesterov = true;
-  expect_parts_match_step(sgd);
+  for (const double momentum : {0.0, 0.9}) {
+    for (const bool nesterov : {false, true}) {
+      if (nesterov && momentum == 0.0) continue;
+      sgd.momentum = momentum;
+      sgd.nesterov = nesterov;
+      for (const int sources : {1, 2, 3}) expect_parts_match_step(sgd, sources);
+    }
+  }
   EXPECT_TRUE(make_optimizer(sgd, segments())->updates_in_parts());
 }
 
@@ -75,7 +87,8 @@ TEST(StepRange, OnlySgdUpdatesInParts) {
     auto optimizer = make_optimizer(config, segments());
     EXPECT_FALSE(optimizer->updates_in_parts()) << name;
     std::vector<float> p(110, 1.0f), g(110, 0.5f);
-    EXPECT_THROW(optimizer->step_range(p.data(), g.data(), 0.1, 0, 110), InternalError) << name;
+    const std::vector<const float*> grads = {g.data()};
+    EXPECT_THROW(optimizer->step_range(p.data(), grads, 0.1, 0, 110), InternalError) << name;
   }
 }
 

@@ -177,7 +177,8 @@ TEST_F(DataParallelTest, WritesPerRankFiguresAndATrace) {
 // ZeRO-1: reduce-scatter + update of 1/P + allgather is a ring allreduce's arithmetic followed by
 // an element-wise update: the replicated ring run's numbers to rounding (the sum's grouping and
 // the update loop's vector/scalar split depend on the block borders), the single worker's
-// trajectory like every algorithm, and bitwise the same with overlap on or off.
+// trajectory like every algorithm, and bitwise the same with overlap on or off and with the
+// gradient sums fused into the update or not.
 TEST_F(DataParallelTest, ShardedOptimizerFollowsTheRingAllreduceRun) {
   for (const char* optimizer : {"sgd", "adam"}) {
     Config config = mlp_config();
@@ -201,8 +202,12 @@ TEST_F(DataParallelTest, ShardedOptimizerFollowsTheRingAllreduceRun) {
         const std::string what = fmt::format("{}, {} ranks, fusion {}", optimizer, ranks, fusion);
         EXPECT_LT(relative_difference(sharded, ring), 1e-6) << what;
         EXPECT_LT(relative_difference(sharded, reference), 1e-5) << what;
+        // Without overlap, sgd sums the gradients inside the update (fused_update_policy.h),
+        // in the ring's order; the reduce-scatter path must give the same bits.
         c.parallel.overlap = "false";
         EXPECT_EQ(allreduce_training(c, ranks), sharded) << what << ", overlap off";
+        c.parallel.fused_update = "false";
+        EXPECT_EQ(allreduce_training(c, ranks), sharded) << what << ", overlap off, not fused";
       }
     }
   }

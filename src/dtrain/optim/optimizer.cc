@@ -65,13 +65,14 @@ Optimizer::Optimizer(std::vector<Segment> segments) : segments_(std::move(segmen
   }
 }
 
-void Optimizer::step_range(float* /*params*/, const float* /*grads*/, double /*lr*/,
-                           std::int64_t /*begin*/, std::int64_t /*end*/) {
+void Optimizer::step_range(float* /*params*/, std::span<const float* const> /*grads*/,
+                           double /*lr*/, std::int64_t /*begin*/, std::int64_t /*end*/) {
   throw InternalError("Optimizer::step_range on an optimizer that does not update in parts");
 }
 
 void Optimizer::place_state(const float* params, const float* grads,
                             std::initializer_list<PlacedFloats*> states) {
+  placed_for_range_ = nullptr;  // this placement may differ from step_range's
   if (ranges_.empty()) return;
   place_at(PlacedFloats::page_offset_of(params + anchor().param_offset),
            PlacedFloats::page_offset_of(grads + anchor().param_offset), states);
@@ -79,7 +80,10 @@ void Optimizer::place_state(const float* params, const float* grads,
 
 void Optimizer::place_state_for_range(const float* params,
                                       std::initializer_list<PlacedFloats*> states) {
-  if (ranges_.empty()) return;
+  // step_range runs once per chunk (GradientSynchronizer::reduce_and_update: ~70 chunks per step
+  // for half the MLP), so the placement is worked out once per parameter buffer.
+  if (ranges_.empty() || params == placed_for_range_) return;
+  placed_for_range_ = params;
   const std::size_t p = PlacedFloats::page_offset_of(params + anchor().param_offset);
   place_at(p, (p + PlacedFloats::kHalfPage) % PlacedFloats::kPageBytes, states);
 }

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -76,17 +77,18 @@ class Optimizer {
   // Elements outside every segment are neither read nor written.
   virtual void step(float* params, const float* grads, double lr) = 0;
 
-  // One update in parts, where updates_in_parts() (SGD): step_range updates the
-  // elements [begin, end) of the parameter buffer that lie in this optimizer's segments, reading
-  // element begin + i's gradient from grads[i] (a buffer of end - begin floats, which need not be
-  // the gradient buffer: parallel::GradientSynchronizer passes sums it just formed); then
-  // finish_step() counts the update. Parts must not overlap and together give the same bits as
-  // step(). Elsewhere step_range throws InternalError: LARS needs whole tensors, and Adam's
-  // vector loop and its scalar tail round differently (GCC contracts the tail into FMAs), so its
-  // bits would depend on where the parts are cut.
+  // One update in parts, where updates_in_parts() (SGD): step_range updates the elements
+  // [begin, end) of the parameter buffer that lie in this optimizer's segments, each with the
+  // gradient grads[0][i] + grads[1][i] + ... (summed in that order; every buffer laid out like
+  // params), in the same loop as the update: parallel::GradientSynchronizer passes every rank's
+  // gradient buffer, so the summed gradient is never stored. finish_step() then counts the update.
+  // Parts must not overlap; with one buffer they give the same bits as step(). Elsewhere
+  // step_range throws InternalError: LARS needs whole tensors, and Adam's vector loop and scalar
+  // tail round differently (GCC contracts the tail into FMAs), so its bits would depend on where
+  // the parts are cut.
   virtual bool updates_in_parts() const { return false; }
-  virtual void step_range(float* params, const float* grads, double lr, std::int64_t begin,
-                          std::int64_t end);
+  virtual void step_range(float* params, std::span<const float* const> grads, double lr,
+                          std::int64_t begin, std::int64_t end);
   void finish_step() { count_step(); }
 
   // Updates applied so far (Adam's bias correction uses it).
@@ -152,6 +154,7 @@ class Optimizer {
 
   std::vector<Segment> segments_;
   std::vector<std::int64_t> state_offsets_;
+  const float* placed_for_range_ = nullptr;  // the params place_state_for_range last placed for
   std::vector<Range> ranges_;
   std::int64_t state_numel_ = 0;
   std::int64_t steps_ = 0;

@@ -1,6 +1,7 @@
 #include "dtrain/optim/sgd.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <utility>
 
@@ -32,6 +33,18 @@ void sgd_momentum(float* __restrict p, const float* __restrict g, float* __restr
     } else {
       p[i] -= lr * vi;
     }
+  }
+}
+
+// sgd_momentum<false> with g = a + b, formed in the loop: the update of two ranks' gradient
+// buffers read in place (the same bits as summing first: a + b, then the same operations).
+void sgd_momentum_sum2(float* __restrict p, const float* __restrict a, const float* __restrict b,
+                       float* __restrict v, std::int64_t n, float lr, float wd, float mu) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float gi = (a[i] + b[i]) + wd * p[i];
+    const float vi = mu * v[i] + gi;
+    v[i] = vi;
+    p[i] -= lr * vi;
   }
 }
 
@@ -72,14 +85,38 @@ void Sgd::step(float* params, const float* grads, double lr) {
   count_step();
 }
 
-void Sgd::step_range(float* params, const float* grads, double lr, std::int64_t begin,
-                     std::int64_t end) {
+void Sgd::step_range(float* params, std::span<const float* const> grads, double lr,
+                     std::int64_t begin, std::int64_t end) {
   DTRAIN_CHECK(std::isfinite(lr) && lr >= 0.0, "learning rate {} must be finite and >= 0", lr);
+  DTRAIN_CHECK(!grads.empty(), "Sgd::step_range needs at least one gradient buffer");
   place_state_for_range(params, {&velocity_});
+  const auto lr_f = static_cast<float>(lr);
   for_each_range_part(begin, end, [&](const Range& range, std::int64_t first, std::int64_t count) {
+    const std::int64_t at = range.param_offset + first;
+    float* p = params + at;
     float* v = velocity_.empty() ? nullptr : velocity_.data() + range.state_offset + first;
-    update(params + range.param_offset + first, grads + (range.param_offset + first - begin), v,
-           count, static_cast<float>(lr), range.weight_decay ? weight_decay_ : 0.0f);
+    const float wd = range.weight_decay ? weight_decay_ : 0.0f;
+    if (grads.size() == 1) {
+      update(p, grads[0] + at, v, count, lr_f, wd);
+      return;
+    }
+    if (grads.size() == 2 && v != nullptr && !nesterov_) {
+      // The case fused updates are for (two thread ranks): one pass, nothing stored but p and v.
+      sgd_momentum_sum2(p, grads[0] + at, grads[1] + at, v, count, lr_f, wd, momentum_);
+      return;
+    }
+    // Other counts: sum a chunk at a time (left to right), then the usual update.
+    constexpr std::int64_t kChunk = 2048;
+    std::array<float, kChunk> sums;
+    for (std::int64_t b = 0; b < count; b += kChunk) {
+      const std::int64_t n = std::min(kChunk, count - b);
+      std::copy(grads[0] + at + b, grads[0] + at + b + n, sums.begin());
+      for (std::size_t k = 1; k < grads.size(); ++k) {
+        const float* g = grads[k] + at + b;
+        for (std::int64_t i = 0; i < n; ++i) sums[static_cast<std::size_t>(i)] += g[i];
+      }
+      update(p + b, sums.data(), v == nullptr ? nullptr : v + b, n, lr_f, wd);
+    }
   });
 }
 

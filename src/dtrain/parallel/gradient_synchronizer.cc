@@ -28,10 +28,38 @@ GradientSynchronizer::GradientSynchronizer(comm::Communicator& comm, nn::Model& 
     shard_ =
         parallel::shard_segments(model.store().param_entries(), buckets_, comm.rank(), comm.size());
   }
+  if (options_.fused_update) {
+    if (!options_.shard_optimizer || options_.overlap || !comm.shares_memory()) {
+      throw InternalError(
+          "GradientSynchronizer: fused_update needs shard_optimizer, no overlap and ranks that "
+          "share memory");
+    }
+    const std::vector<const void*> addresses = comm.exchange_addresses(model.store().grads());
+    // The ring reduce-scatter's order (comm/algorithms/reduce_scatter_ring.cc): block r starts
+    // at rank r + 1 and gathers one rank per hop, this rank's own last, so the sums are the
+    // reduce-scatter's bit for bit whatever the number of ranks.
+    const int ranks = comm.size();
+    for (int k = 1; k <= ranks; ++k) {
+      const auto from = static_cast<std::size_t>((comm.rank() + k) % ranks);
+      rank_grads_.push_back(static_cast<const float*>(addresses[from]));
+    }
+  }
 }
 
 const char* GradientSynchronizer::gradient_collective() const {
+  if (options_.fused_update) return "fused reduce";
   return options_.shard_optimizer ? "reduce-scatter" : "allreduce";
+}
+
+void GradientSynchronizer::reduce_and_update(optim::Optimizer& optimizer, float* params,
+                                             double lr) {
+  if (!options_.fused_update) {
+    throw InternalError("GradientSynchronizer::reduce_and_update without fused_update");
+  }
+  for (const optim::Segment& piece : shard_) {
+    optimizer.step_range(params, rank_grads_, lr, piece.offset, piece.offset + piece.numel);
+  }
+  optimizer.finish_step();
 }
 
 void GradientSynchronizer::reduce(std::size_t bucket, bool async) {
@@ -125,6 +153,21 @@ void GradientSynchronizer::wait_for(std::size_t bucket) {
 }
 
 void GradientSynchronizer::finish() {
+  if (options_.fused_update) {
+    // Every rank has finished backward once the barrier returns, and its messages order those
+    // gradient writes before reduce_and_update's reads.
+    const auto start = BucketTiming::Clock::now();
+    try {
+      comm_.barrier(block_collective_);
+    } catch (const Error& e) {
+      throw comm::CommError(fmt::format(
+          "rank {}: barrier before the fused reduce of the gradients: {}", comm_.rank(), e.what()));
+    }
+    const auto end = BucketTiming::Clock::now();
+    for (auto& t : timings_) t.launched = t.started = t.finished = end;
+    wait_seconds_ = std::chrono::duration<double>(end - start).count();
+    return;
+  }
   if (!options_.overlap) {
     // Without overlap the buckets are reduced here, on the calling thread, one after another:
     // no hand-off to the communication thread and back, which on a machine with no spare core

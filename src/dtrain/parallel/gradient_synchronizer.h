@@ -53,6 +53,13 @@ struct DataParallelOptions {
   // blocks only (shard_segments()) and then calls gather_parameters(). Uses ring collectives
   // whatever `algorithm` says.
   bool shard_optimizer = false;
+  // With shard_optimizer, no overlap and ranks that share memory (Communicator::shares_memory):
+  // finish() only waits at a barrier, and reduce_and_update() updates this rank's shard with the
+  // sum of every rank's gradient buffer, read in place in the update's own loop
+  // (optim::Optimizer::step_range), so the summed gradient is never stored
+  // (train/fused_update_policy.h). The sums run in the ring reduce-scatter's order, so the numbers
+  // are the reduce-scatter's bit for bit.
+  bool fused_update = false;
 };
 
 struct BucketTiming {
@@ -85,8 +92,15 @@ class GradientSynchronizer {
   // calling thread); returns its start and end for the trace. Rethrows with the bucket named.
   const std::vector<optim::Segment>& shard_segments() const { return shard_; }
   std::pair<BucketTiming::Clock::time_point, BucketTiming::Clock::time_point> gather_parameters();
-  // "allreduce" or "reduce-scatter": what each bucket's gradients go through.
+  // "allreduce" or "reduce-scatter": what each bucket's gradients go through ("fused reduce"
+  // with fused_update).
   const char* gradient_collective() const;
+
+  // fused_update only, after finish(): one update of this rank's shard by `optimizer` (built over
+  // shard_segments(), optim::Optimizer::updates_in_parts) with the gradients summed over the ranks;
+  // counts the step. Reads every rank's gradient buffer, which no rank writes again before the
+  // gather_parameters() that follows.
+  void reduce_and_update(optim::Optimizer& optimizer, float* params, double lr);
 
  private:
   void launch(std::size_t bucket);
@@ -98,7 +112,9 @@ class GradientSynchronizer {
   nn::Model& model_;
   DataParallelOptions options_;
   std::vector<GradientBucket> buckets_;
-  std::vector<optim::Segment> shard_;         // with shard_optimizer
+  std::vector<optim::Segment> shard_;  // with shard_optimizer
+  // With fused_update: every rank's gradient buffer, in the order the ring would add them.
+  std::vector<const float*> rank_grads_;
   comm::CollectiveOptions collective_;        // of every bucket's allreduce, built once
   comm::CollectiveOptions block_collective_;  // the same for reduce_scatter/allgather_blocks
   std::vector<comm::Work> works_;

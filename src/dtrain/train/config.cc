@@ -277,6 +277,18 @@ std::vector<Field> fields(Config& c) {
        false,
        false,
        {"auto", "0", "1"}},
+      {"parallel",
+       "fused_update",
+       &p.fused_update,
+       "ZeRO-1 with ranks as threads: sum each shard's gradients over the ranks inside the "
+       "optimizer update, reading the other ranks' buffers in place, instead of a reduce-scatter; "
+       "auto: where the optimizer is sharded, buckets do not overlap, ranks share memory and the "
+       "optimizer is sgd (docs/PARALLEL.md)",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"auto", "true", "false"}},
       {"parallel", "straggler", &p.straggler,
        "injected slowness: rank=R,slowdown=S, rank=R,delay_ms=D or random=exp|pareto,mean_ms=M "
        "(\"\" = none)"},

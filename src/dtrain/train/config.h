@@ -105,18 +105,20 @@ struct ScheduleSection {
 // [parallel]: synchronous data parallelism (docs/PARALLEL.md). train.batch_size is the global
 // batch: each step's batch is split over all ranks (threads x processes).
 struct ParallelSection {
-  std::string strategy = "allreduce";   // allreduce | ps (docs/PS.md) | hogwild (docs/HOGWILD.md)
-  std::int64_t workers = 1;             // ranks as threads of each process
-  std::string allreduce = "ring";       // a comm allreduce algorithm
+  std::string strategy = "allreduce";  // allreduce | ps (docs/PS.md) | hogwild (docs/HOGWILD.md)
+  std::int64_t workers = 1;            // ranks as threads of each process
+  std::string allreduce = "ring";      // a comm allreduce algorithm
   std::string fusion_bytes = "auto";  // gradient bucket bytes, 0 = one per tensor (fusion_policy.h)
-  std::string overlap = "auto";         // allreduce buckets while backward runs: auto|true|false
-  bool sync_batch_norm = false;         // batch-norm statistics over all ranks
+  std::string overlap = "auto";       // allreduce buckets while backward runs: auto|true|false
+  bool sync_batch_norm = false;       // batch-norm statistics over all ranks
   double stall_warning_seconds = 10.0;  // warn when a bucket waits this long
   double comm_timeout_seconds = 0.0;    // deadline of every wait; 0 = DTRAIN_COMM_TIMEOUT_MS or 60
   std::int64_t trace_steps = 50;        // steps recorded in trace.json; 0 = no trace
   std::string straggler;                // injected slowness (train/straggler.h); "" = none
   bool check_headers = true;            // per-bucket argument check across ranks
   std::string zero_stage = "auto";      // ZeRO-1 (shard the optimizer): auto|0|1 (zero_policy.h)
+  std::string fused_update = "auto";    // ZeRO-1: sum in the update: auto|true|false
+                                        // (fused_update_policy.h)
   // strategy = "ps": parameter servers (docs/PS.md).
   std::int64_t servers = 1;         // server ranks, besides the workers
   bool colocate_servers = false;    // servers on a second thread of workers 0 .. servers-1

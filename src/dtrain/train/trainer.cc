@@ -145,6 +145,10 @@ Trainer::Trainer(Config config, TrainerOptions options)
     zero_ = decide_zero_stage(config_.parallel.zero_stage, comm.size(), config_.optim.name,
                               config_.parallel.allreduce);
     dp.shard_optimizer = zero_.shard;
+    fused_ = decide_fused_update(
+        config_.parallel.fused_update,
+        FusedUpdateInputs{zero_.shard, overlap_.overlap, comm.shares_memory(), config_.optim.name});
+    dp.fused_update = fused_.fused;
     dp.stall_warning = std::chrono::milliseconds(
         static_cast<std::int64_t>(config_.parallel.stall_warning_seconds * 1000.0));
     sync_ = std::make_unique<parallel::GradientSynchronizer>(comm, *model_, dp);
@@ -200,6 +204,8 @@ std::int64_t ps_tickets_per_epoch(const Config& config, std::int64_t workers,
 }
 
 bool Trainer::sharded() const { return sync_ != nullptr && sync_->options().shard_optimizer; }
+
+bool Trainer::fused() const { return sync_ != nullptr && sync_->options().fused_update; }
 
 std::vector<optim::StateTensor> Trainer::full_optimizer_state() {
   std::vector<optim::StateTensor> state = optimizer_->state();
@@ -366,11 +372,17 @@ float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t>
     }
   }
   const auto update_start = Clock::now();
-  optimizer_->step(store.params(), store.grads(), schedule_->lr(step));
+  if (fused()) {
+    sync_->reduce_and_update(*optimizer_, store.params(), schedule_->lr(step));
+  } else {
+    optimizer_->step(store.params(), store.grads(), schedule_->lr(step));
+  }
   const auto update_end = Clock::now();
   if (trace_.enabled()) {
-    trace_.add(sharded() ? "optimizer (shard)" : "optimizer", "compute",
-               TraceRecorder::kComputeThread, update_start, update_end,
+    trace_.add(fused()     ? "fused reduce + update (shard)"
+               : sharded() ? "optimizer (shard)"
+                           : "optimizer",
+               "compute", TraceRecorder::kComputeThread, update_start, update_end,
                fmt::format(R"({{"step":{}}})", step));
   }
   if (sharded()) {
@@ -540,9 +552,10 @@ RunSummary Trainer::run() {
         "data parallel: {} ranks ({} per process), {}, {} gradient bucket(s): {}, overlap {}, "
         "batch norm {}",
         world_, config_.parallel.workers,
-        sharded()
-            ? "optimizer " + zero_.reason + " (ZeRO-1: ring reduce-scatter, update 1/P, allgather)"
-            : "allreduce " + config_.parallel.allreduce + ", optimizer " + zero_.reason,
+        sharded() ? "optimizer " + zero_.reason +
+                        " (ZeRO-1: ring reduce-scatter, update 1/P, allgather), " +
+                        "gradient sums " + fused_.reason
+                  : "allreduce " + config_.parallel.allreduce + ", optimizer " + zero_.reason,
         buckets.size(), fusion_.reason, overlap_.reason,
         config_.parallel.sync_batch_norm ? "synchronized" : "per rank"));
   }
@@ -878,6 +891,8 @@ RunSummary Trainer::run() {
         {"overlap_setting", config_.parallel.overlap},
         {"zero_stage", sharded() ? 1 : 0},
         {"zero_stage_setting", config_.parallel.zero_stage},
+        {"fused_update", fused()},
+        {"fused_update_setting", config_.parallel.fused_update},
         {"sync_batch_norm", config_.parallel.sync_batch_norm},
         {"mean_compute_seconds", compute / p},
         {"mean_comm_seconds", comm_seconds / p},

@@ -54,6 +54,7 @@
 #include "dtrain/parallel/sync_batch_norm.h"
 #include "dtrain/ps/client.h"
 #include "dtrain/train/config.h"
+#include "dtrain/train/fused_update_policy.h"
 #include "dtrain/train/fusion_policy.h"
 #include "dtrain/train/metrics.h"
 #include "dtrain/train/overlap_policy.h"
@@ -154,6 +155,8 @@ class Trainer {
   bool ticketed() const;
   // ZeRO-1: the optimizer holds this rank's shard (parallel/optimizer_shards.h).
   bool sharded() const;
+  // ZeRO-1 with the gradient sums formed inside the update (fused_update_policy.h).
+  bool fused() const;
   // The optimizer state of the whole model (gathered over the ranks when sharded: collective).
   std::vector<optim::StateTensor> full_optimizer_state();
   // Seconds spent in the last train_step, split (see StepTimes).
@@ -175,9 +178,10 @@ class Trainer {
   tensor::Tensor dlogits_;
   tensor::Tensor one_hot_;
   std::unique_ptr<parallel::GradientSynchronizer> sync_;
-  OverlapDecision overlap_;  // parallel.overlap resolved for this host (overlap_policy.h)
-  ZeroDecision zero_;        // parallel.zero_stage resolved for this run (zero_policy.h)
-  FusionDecision fusion_;    // parallel.fusion_bytes resolved for this run (fusion_policy.h)
+  OverlapDecision overlap_;    // parallel.overlap resolved for this host (overlap_policy.h)
+  ZeroDecision zero_;          // parallel.zero_stage resolved for this run (zero_policy.h)
+  FusedUpdateDecision fused_;  // parallel.fused_update resolved (fused_update_policy.h)
+  FusionDecision fusion_;      // parallel.fusion_bytes resolved for this run (fusion_policy.h)
   std::unique_ptr<parallel::SyncBatchNormReducer> bn_reducer_;
   StepTimes last_step_;
   std::int64_t dropped_steps_ = 0;  // bsp with backup workers: this worker's late gradients

@@ -31,6 +31,7 @@ struct TrainFlags {
   std::string overlap;
   bool no_overlap = false;
   std::string zero_stage;
+  std::string fused_update;
   bool sync_bn = false;
   std::string straggler;
   std::int64_t servers = 0;
@@ -108,6 +109,9 @@ int run_train(const TrainFlags& flags) {
   if (flags.no_overlap) overrides.push_back("parallel.overlap=false");
   if (!flags.zero_stage.empty()) {
     overrides.push_back(fmt::format("parallel.zero_stage=\"{}\"", flags.zero_stage));
+  }
+  if (!flags.fused_update.empty()) {
+    overrides.push_back(fmt::format("parallel.fused_update=\"{}\"", flags.fused_update));
   }
   if (flags.sync_bn) overrides.push_back("parallel.sync_batch_norm=true");
   if (!flags.straggler.empty()) {
@@ -214,6 +218,12 @@ Command add_train_command(CLI::App& app) {
                   "allgather the parameters); 0: every rank updates everything (as DDP); auto "
                   "(default): 1 with more than one rank, --allreduce ring and sgd/adam/adamw")
       ->check(CLI::IsMember({"auto", "0", "1"}));
+  sub->add_option("--fused-update", flags->fused_update,
+                  "with the optimizer sharded and ranks as threads: true sums each shard's "
+                  "gradients over the ranks inside the update (read in place, no reduce-scatter); "
+                  "false reduce-scatters first; auto (default): true where it applies (sgd, no "
+                  "overlap)")
+      ->check(CLI::IsMember({"auto", "true", "false"}));
   sub->add_flag("--sync-bn", flags->sync_bn, "batch-norm statistics over all ranks");
   sub->add_option("--straggler", flags->straggler,
                   "inject slowness for experiments: rank=R,slowdown=S, rank=R,delay_ms=D or "

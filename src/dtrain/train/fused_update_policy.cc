@@ -1,0 +1,35 @@
+#include "dtrain/train/fused_update_policy.h"
+
+#include <fmt/format.h>
+
+#include "dtrain/base/error.h"
+
+namespace dtrain::train {
+
+FusedUpdateDecision decide_fused_update(const std::string& setting,
+                                        const FusedUpdateInputs& inputs) {
+  if (setting == "false") return {false, "reduce-scatter (parallel.fused_update = false)"};
+  std::string missing;
+  if (!inputs.sharded) {
+    missing = "the optimizer is not sharded (parallel.zero_stage)";
+  } else if (inputs.overlap) {
+    missing = "buckets overlap backward (parallel.overlap)";
+  } else if (!inputs.shares_memory) {
+    missing = "the ranks are processes, which do not share memory";
+  } else if (inputs.optimizer != "sgd") {
+    missing =
+        fmt::format("optim.name = {} does not update in parts (only sgd does)", inputs.optimizer);
+  }
+  if (missing.empty()) {
+    return {true, fmt::format("fused ({}: ranks share memory, sgd)",
+                              setting == "true" ? "parallel.fused_update = true" : "auto")};
+  }
+  if (setting == "true") {
+    throw ConfigError(fmt::format(
+        "config key 'parallel.fused_update' = true cannot apply: {}; set it to \"auto\" or false",
+        missing));
+  }
+  return {false, fmt::format("reduce-scatter (auto: {})", missing)};
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,39 @@
+// Whether ZeRO-1 training sums each shard's gradients inside the optimizer update (fused) or
+// reduce-scatters them first.
+//
+// Fused (parallel::DataParallelOptions::fused_update): ranks that are threads of one process read
+// each other's gradient buffers in place after a barrier; each rank sums its shard's elements over
+// the ranks chunk by chunk into an 8 KB buffer and updates that chunk straight away
+// (optim::Optimizer::step_range). The summed gradient is never written to the gradient buffer and
+// read back, and no reduce-scatter messages are posted. Measured on the 2-CPU development VM
+// (Fashion-MNIST MLP, 2 workers, docs/PERFORMANCE.md): reduce-scatter + update 72-83 us per step
+// against 46-70 us fused, the same numbers bit for bit with 2 ranks.
+//
+// parallel.fused_update = "auto" (the default) fuses where it applies: the optimizer is sharded
+// (ZeRO-1), buckets do not overlap backward (overlap reduces during backward instead), every rank
+// shares this process's memory (inproc: ranks as threads, not processes), and the optimizer
+// updates in parts (SGD; optim/optimizer.h says why not Adam and LARS). "true" requires all four
+// (ConfigError naming the one missing); "false" keeps the reduce-scatter.
+#pragma once
+
+#include <string>
+
+namespace dtrain::train {
+
+struct FusedUpdateInputs {
+  bool sharded = false;        // ZeRO-1 decided (zero_policy.h)
+  bool overlap = false;        // overlap decided (overlap_policy.h)
+  bool shares_memory = false;  // Communicator::shares_memory()
+  std::string optimizer;       // optim.name
+};
+
+struct FusedUpdateDecision {
+  bool fused = false;
+  std::string reason;  // for the run banner: "fused (auto: ranks share memory, sgd)"
+};
+
+// setting: "auto", "true" or "false" (Config validates it).
+FusedUpdateDecision decide_fused_update(const std::string& setting,
+                                        const FusedUpdateInputs& inputs);
+
+}  // namespace dtrain::train

@@ -1,0 +1,55 @@
+// parallel.fused_update: "auto" fuses the gradient sums into the update where every condition
+// holds and names the first that does not; "true" where one fails is a ConfigError naming it.
+#include "dtrain/train/fused_update_policy.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "dtrain/base/error.h"
+
+namespace dtrain::train {
+namespace {
+
+using ::testing::HasSubstr;
+
+FusedUpdateInputs threads_sgd() { return {true, false, true, "sgd"}; }
+
+TEST(FusedUpdatePolicy, AutoFusesShardedSgdOnThreadRanksWithoutOverlap) {
+  const FusedUpdateDecision d = decide_fused_update("auto", threads_sgd());
+  EXPECT_TRUE(d.fused);
+  EXPECT_THAT(d.reason, HasSubstr("auto"));
+  EXPECT_TRUE(decide_fused_update("true", threads_sgd()).fused);
+  EXPECT_FALSE(decide_fused_update("false", threads_sgd()).fused);
+}
+
+TEST(FusedUpdatePolicy, AutoNamesWhatIsMissing) {
+  FusedUpdateInputs in = threads_sgd();
+  in.sharded = false;
+  EXPECT_THAT(decide_fused_update("auto", in).reason, HasSubstr("zero_stage"));
+  in = threads_sgd();
+  in.overlap = true;
+  EXPECT_THAT(decide_fused_update("auto", in).reason, HasSubstr("overlap"));
+  in = threads_sgd();
+  in.shares_memory = false;
+  EXPECT_THAT(decide_fused_update("auto", in).reason, HasSubstr("processes"));
+  in = threads_sgd();
+  in.optimizer = "adam";
+  const FusedUpdateDecision adam = decide_fused_update("auto", in);
+  EXPECT_FALSE(adam.fused);
+  EXPECT_THAT(adam.reason, HasSubstr("adam"));
+}
+
+TEST(FusedUpdatePolicy, TrueWhereItCannotApplyIsAConfigError) {
+  FusedUpdateInputs in = threads_sgd();
+  in.shares_memory = false;
+  try {
+    decide_fused_update("true", in);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("parallel.fused_update"));
+    EXPECT_THAT(e.what(), HasSubstr("processes"));
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::train

@@ -80,8 +80,8 @@ void Optimizer::place_state(const float* params, const float* grads,
 
 void Optimizer::place_state_for_range(const float* params,
                                       std::initializer_list<PlacedFloats*> states) {
-  // step_range runs once per chunk (GradientSynchronizer::reduce_and_update: ~70 chunks per step
-  // for half the MLP), so the placement is worked out once per parameter buffer.
+  // step_range runs several times per update (once per shard piece), so the placement is worked
+  // out once per parameter buffer.
   if (ranges_.empty() || params == placed_for_range_) return;
   placed_for_range_ = params;
   const std::size_t p = PlacedFloats::page_offset_of(params + anchor().param_offset);

@@ -102,7 +102,11 @@ void Sgd::step_range(float* params, std::span<const float* const> grads, double 
     }
     if (grads.size() == 2 && v != nullptr && !nesterov_) {
       // The case fused updates are for (two thread ranks): one pass, nothing stored but p and v.
-      sgd_momentum_sum2(p, grads[0] + at, grads[1] + at, v, count, lr_f, wd, momentum_);
+      const float* a = grads[0] + at;
+      const float* g = grads[1] + at;
+      compute_pool().parallel_for(count, kElementsPerTask, [&](std::int64_t b, std::int64_t e) {
+        sgd_momentum_sum2(p + b, a + b, g + b, v + b, e - b, lr_f, wd, momentum_);
+      });
       return;
     }
     // Other counts: sum a chunk at a time (left to right), then the usual update.

@@ -553,8 +553,9 @@ RunSummary Trainer::run() {
         "batch norm {}",
         world_, config_.parallel.workers,
         sharded() ? "optimizer " + zero_.reason +
-                        " (ZeRO-1: ring reduce-scatter, update 1/P, allgather), " +
-                        "gradient sums " + fused_.reason
+                        (fused() ? " (ZeRO-1: update 1/P, allgather)"
+                                 : " (ZeRO-1: ring reduce-scatter, update 1/P, allgather)") +
+                        ", gradient sums " + fused_.reason
                   : "allreduce " + config_.parallel.allreduce + ", optimizer " + zero_.reason,
         buckets.size(), fusion_.reason, overlap_.reason,
         config_.parallel.sync_batch_norm ? "synchronized" : "per rank"));

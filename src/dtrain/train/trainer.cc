@@ -358,7 +358,9 @@ float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t>
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const auto& t = sync_->timings()[b];
       last_step_.comm += std::chrono::duration<double>(t.finished - t.started).count();
-      if (trace_.enabled()) {
+      // Fused: no bucket collective ran (the barrier is the wait span below, the sums the
+      // update's).
+      if (trace_.enabled() && !fused()) {
         trace_.add(fmt::format("{} {}", sync_->gradient_collective(), buckets[b].name), "comm",
                    TraceRecorder::kCommThread, t.started, t.finished,
                    fmt::format(R"({{"step":{},"bucket":{},"bytes":{},"algorithm":"{}"}})", step, b,

@@ -77,7 +77,7 @@ TEST(StepRange, PartsGiveTheBitsOfOneStep) {
       for (const int sources : {1, 2, 3}) expect_parts_match_step(sgd, sources);
     }
   }
-  EXPECT_TRUE(make_optimizer(sgd, segments())->updates_in_parts());
+  EXPECT_TRUE(updates_in_parts("sgd"));
 }
 
 TEST(StepRange, OnlySgdUpdatesInParts) {
@@ -85,7 +85,7 @@ TEST(StepRange, OnlySgdUpdatesInParts) {
     OptimizerConfig config;
     config.name = name;
     auto optimizer = make_optimizer(config, segments());
-    EXPECT_FALSE(optimizer->updates_in_parts()) << name;
+    EXPECT_FALSE(updates_in_parts(name)) << name;
     std::vector<float> p(110, 1.0f), g(110, 0.5f);
     const std::vector<const float*> grads = {g.data()};
     EXPECT_THROW(optimizer->step_range(p.data(), grads, 0.1, 0, 110), InternalError) << name;

@@ -72,7 +72,6 @@ void Optimizer::step_range(float* /*params*/, std::span<const float* const> /*gr
 
 void Optimizer::place_state(const float* params, const float* grads,
                             std::initializer_list<PlacedFloats*> states) {
-  placed_for_range_ = nullptr;  // this placement may differ from step_range's
   if (ranges_.empty()) return;
   place_at(PlacedFloats::page_offset_of(params + anchor().param_offset),
            PlacedFloats::page_offset_of(grads + anchor().param_offset), states);
@@ -80,10 +79,7 @@ void Optimizer::place_state(const float* params, const float* grads,
 
 void Optimizer::place_state_for_range(const float* params,
                                       std::initializer_list<PlacedFloats*> states) {
-  // step_range runs several times per update (once per shard piece), so the placement is worked
-  // out once per parameter buffer.
-  if (ranges_.empty() || params == placed_for_range_) return;
-  placed_for_range_ = params;
+  if (ranges_.empty()) return;
   const std::size_t p = PlacedFloats::page_offset_of(params + anchor().param_offset);
   place_at(p, (p + PlacedFloats::kHalfPage) % PlacedFloats::kPageBytes, states);
 }
@@ -196,6 +192,8 @@ void validate_optimizer_config(const OptimizerConfig& config) {
         config.momentum, name));
   }
 }
+
+bool updates_in_parts(const std::string& name) { return name == "sgd"; }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
                                           std::vector<Segment> segments) {

@@ -24,7 +24,6 @@ class Sgd final : public Optimizer {
   Sgd(const OptimizerConfig& config, std::vector<Segment> segments);
 
   void step(float* params, const float* grads, double lr) override;
-  bool updates_in_parts() const override { return true; }
   void step_range(float* params, std::span<const float* const> grads, double lr, std::int64_t begin,
                   std::int64_t end) override;
   // {"sgd.momentum"} when momentum > 0, else nothing.

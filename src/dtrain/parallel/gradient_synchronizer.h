@@ -97,7 +97,7 @@ class GradientSynchronizer {
   const char* gradient_collective() const;
 
   // fused_update only, after finish(): one update of this rank's shard by `optimizer` (built over
-  // shard_segments(), optim::Optimizer::updates_in_parts) with the gradients summed over the ranks;
+  // shard_segments(), one that optim::updates_in_parts) with the gradients summed over the ranks;
   // counts the step. Reads every rank's gradient buffer, which no rank writes again before the
   // gather_parameters() that follows.
   void reduce_and_update(optim::Optimizer& optimizer, float* params, double lr);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "dtrain/base/error.h"
+#include "dtrain/optim/optimizer.h"
 
 namespace dtrain::train {
 
@@ -16,7 +17,7 @@ FusedUpdateDecision decide_fused_update(const std::string& setting,
     missing = "buckets overlap backward (parallel.overlap)";
   } else if (!inputs.shares_memory) {
     missing = "the ranks are processes, which do not share memory";
-  } else if (inputs.optimizer != "sgd") {
+  } else if (!optim::updates_in_parts(inputs.optimizer)) {
     missing =
         fmt::format("optim.name = {} does not update in parts (only sgd does)", inputs.optimizer);
   }

@@ -221,6 +221,11 @@ TEST(Config, CrossKeyChecks) {
               }),
               HasSubstr("shards the optimizer of allreduce training"));
   EXPECT_THAT(config_error([] {
+                parse_config("[parallel]\nfused_update = true\nstrategy = \"hogwild\"\n",
+                             "run.toml");
+              }),
+              AllOf(HasSubstr("'parallel.fused_update' = true"), HasSubstr("\"hogwild\"")));
+  EXPECT_THAT(config_error([] {
                 parse_config("[parallel]\nzero_stage = 1\n[optim]\nname = \"lars\"\n", "run.toml");
               }),
               HasSubstr("a ZeRO shard"));

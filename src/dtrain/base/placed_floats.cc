@@ -21,8 +21,9 @@ PlacedFloats::PlacedFloats(std::int64_t n, std::size_t page_offset) {
   const std::size_t bytes =
       (page_offset + static_cast<std::size_t>(n) * sizeof(float) + kPageBytes - 1) / kPageBytes *
       kPageBytes;
-  block_.reset(std::aligned_alloc(kPageBytes, bytes));
-  if (!block_) throw std::bad_alloc();
+  void* block = std::aligned_alloc(kPageBytes, bytes);
+  if (block == nullptr) throw std::bad_alloc();
+  block_ = std::shared_ptr<void>(block, [](void* p) { std::free(p); });
   data_ = reinterpret_cast<float*>(static_cast<char*>(block_.get()) + page_offset);
   size_ = n;
   std::fill(data_, data_ + n, 0.0f);

@@ -50,6 +50,10 @@ class PlacedFloats {
   bool empty() const { return size_ == 0; }
   std::span<float> span() { return {data_, static_cast<std::size_t>(size_)}; }
   std::span<const float> span() const { return {data_, static_cast<std::size_t>(size_)}; }
+  // The allocation behind data(), shared: whoever holds it keeps data() readable after this
+  // object is destroyed or moved from (a rank that reads another rank's buffer in place,
+  // comm::Communicator::exchange_addresses). Empty when this object is.
+  std::shared_ptr<const void> storage() const { return block_; }
   // Byte offset of data() within its page (0 when empty).
   std::size_t page_offset() const;
   // The same values at another page offset (a copy of n floats; nothing when already there).
@@ -59,10 +63,7 @@ class PlacedFloats {
   static std::size_t page_offset_of(const void* address);
 
  private:
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
-  std::unique_ptr<void, Free> block_;
+  std::shared_ptr<void> block_;  // freed with std::free by the last holder
   float* data_ = nullptr;
   std::int64_t size_ = 0;
 };

@@ -733,12 +733,14 @@ void Communicator::recv(void* data, std::int64_t count, DType dtype, int peer, s
   point_to_point(false, data, count, dtype, peer, tag);
 }
 
-std::vector<const void*> Communicator::exchange_addresses(const void* address) {
+std::vector<const void*> Communicator::exchange_addresses(const void* address,
+                                                          std::shared_ptr<const void> storage) {
   if (!shares_memory()) {
     throw InternalError(fmt::format(
         "Communicator::exchange_addresses over the {} transport, whose ranks do not share memory",
         transport_->name()));
   }
+  transport_->keep_alive(std::move(storage));
   const auto mine = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(address));
   std::vector<std::int64_t> all(static_cast<std::size_t>(size()));
   allgather(&mine, all.data(), 1, DType::kI64);

@@ -109,8 +109,12 @@ class Communicator {
   // carry release/acquire order), as MPI-3 shared-memory windows allow between processes.
   bool shares_memory() const { return transport_->shares_memory(); }
   // Collective, shared memory only (InternalError otherwise): every rank's `address`, indexed by
-  // rank. One allgather of 8 bytes per rank.
-  std::vector<const void*> exchange_addresses(const void* address);
+  // rank. One allgather of 8 bytes per rank. `storage` owns the memory at `address` (e.g.
+  // PlacedFloats::storage()); the world keeps it until all of its ranks have ended, because a
+  // rank that fails and unwinds would otherwise free memory that ranks past the last barrier are
+  // still reading. Empty only where the memory is known to outlive every rank's thread.
+  std::vector<const void*> exchange_addresses(const void* address,
+                                              std::shared_ptr<const void> storage);
 
   // Blocking point-to-point with the communicator's deadline; `tag` < 2^47, matched FIFO per
   // (peer, tag); never mixes with collective traffic.

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@ class ParamStore {
   const float* params() const { return params_.data(); }
   float* grads() { return grads_.data(); }
   const float* grads() const { return grads_.data(); }
+  // The gradient buffer's allocation, for ranks that read it in place (PlacedFloats::storage).
+  std::shared_ptr<const void> grads_storage() const { return grads_.storage(); }
   float* buffers() { return buffers_.data(); }
   const float* buffers() const { return buffers_.data(); }
   std::int64_t num_params() const { return params_.size(); }

@@ -34,7 +34,10 @@ GradientSynchronizer::GradientSynchronizer(comm::Communicator& comm, nn::Model& 
           "GradientSynchronizer: fused_update needs shard_optimizer, no overlap and ranks that "
           "share memory");
     }
-    const std::vector<const void*> addresses = comm.exchange_addresses(model.store().grads());
+    // The buffers outlive their ranks' threads (exchange_addresses): a rank whose barrier timed
+    // out unwinds while the others, past it, may still read its gradients.
+    const std::vector<const void*> addresses =
+        comm.exchange_addresses(model.store().grads(), model.store().grads_storage());
     // The ring reduce-scatter's order (comm/algorithms/reduce_scatter_ring.cc): block r starts
     // at rank r + 1 and gathers one rank per hop, this rank's own last, so the sums are the
     // reduce-scatter's bit for bit whatever the number of ranks.

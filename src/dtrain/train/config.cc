@@ -732,6 +732,12 @@ void validate_impl(const Config& config, const Origins& origins) {
         "parallel.strategy = \"{}\" keeps its own state (set zero_stage = 0 or \"auto\")",
         par.zero_stage, where("parallel.zero_stage"), par.strategy));
   }
+  if (par.fused_update == "true" && par.strategy != "allreduce") {
+    throw ConfigError(fmt::format(
+        "config key 'parallel.fused_update' = true ({}) sums ZeRO-1 shards of allreduce training; "
+        "parallel.strategy = \"{}\" has none (set fused_update = false or \"auto\")",
+        where("parallel.fused_update"), par.strategy));
+  }
   if (par.zero_stage == "1" && config.optim.name == "lars") {
     throw ConfigError(fmt::format(
         "config key 'optim.name' = \"lars\" ({}) needs whole-tensor norms, which a ZeRO shard "

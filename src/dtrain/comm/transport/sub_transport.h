@@ -44,6 +44,9 @@ class SubTransport : public Transport {
   // The world transport's name ("inproc", "mpi"): a view changes ranks, not how bytes move.
   std::string_view name() const override { return world_->name(); }
   bool shares_memory() const override { return world_->shares_memory(); }
+  void keep_alive(std::shared_ptr<const void> storage) override {
+    world_->keep_alive(std::move(storage));
+  }
   std::unique_ptr<Request> isend(int peer, std::uint64_t tag, const void* data,
                                  std::size_t bytes) override;
   std::unique_ptr<Request> irecv(int peer, std::uint64_t tag, void* data,

@@ -47,6 +47,10 @@ class Transport {
   // another rank owns, between two messages that order the accesses (Communicator::
   // exchange_addresses, MPI-3's shared-memory windows for threads).
   virtual bool shares_memory() const { return false; }
+  // Where shares_memory(): keeps `storage` allocated until the whole world has ended, so that
+  // memory a rank shared with the others outlives that rank's thread (Communicator::
+  // exchange_addresses). Elsewhere there is nothing to keep: each rank reads only its own memory.
+  virtual void keep_alive(std::shared_ptr<const void> /*storage*/) {}
   // `data` must stay valid and unchanged until the request completes or is destroyed.
   virtual std::unique_ptr<Request> isend(int peer, std::uint64_t tag, const void* data,
                                          std::size_t bytes) = 0;

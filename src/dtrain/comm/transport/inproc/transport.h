@@ -17,6 +17,9 @@ class InprocTransport : public Transport, public std::enable_shared_from_this<In
   int size() const override { return world_->size(); }
   std::string_view name() const override { return "inproc"; }
   bool shares_memory() const override { return true; }
+  void keep_alive(std::shared_ptr<const void> storage) override {
+    world_->keep_alive(std::move(storage));
+  }
   std::unique_ptr<Request> isend(int peer, std::uint64_t tag, const void* data,
                                  std::size_t bytes) override;
   std::unique_ptr<Request> irecv(int peer, std::uint64_t tag, void* data,

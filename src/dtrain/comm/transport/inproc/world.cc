@@ -115,6 +115,12 @@ std::shared_ptr<Transport> InprocWorld::transport(int rank) {
   return std::make_shared<InprocTransport>(shared_from_this(), rank);
 }
 
+void InprocWorld::keep_alive(std::shared_ptr<const void> storage) {
+  if (!storage) return;
+  std::lock_guard<std::mutex> lock(kept_alive_mu_);
+  kept_alive_.push_back(std::move(storage));
+}
+
 std::optional<std::string> InprocWorld::abort_reason(int rank) const {
   if (!is_aborted(rank)) return std::nullopt;
   std::lock_guard<std::mutex> lock(abort_mu_);

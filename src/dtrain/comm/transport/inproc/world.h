@@ -69,6 +69,10 @@ class InprocWorld : public std::enable_shared_from_this<InprocWorld> {
   void abort(int rank, const std::string& reason);
   // The reason `rank` was aborted, if it was.
   std::optional<std::string> abort_reason(int rank) const;
+  // Holds `storage` until this world is destroyed, which spawn_ranks does after joining every
+  // rank's thread: a rank that fails and unwinds cannot free memory it shared with the others
+  // (Communicator::exchange_addresses) while they may still be reading it.
+  void keep_alive(std::shared_ptr<const void> storage);
 
   // Used by InprocTransport and InprocRequest. post() takes the caller's reference; a send must
   // carry its number (next_number, or the one send_fast took).
@@ -182,6 +186,8 @@ class InprocWorld : public std::enable_shared_from_this<InprocWorld> {
   std::unique_ptr<std::atomic<bool>[]> aborted_;
   mutable std::mutex abort_mu_;
   std::vector<std::string> abort_reasons_;  // guarded by abort_mu_
+  std::mutex kept_alive_mu_;
+  std::vector<std::shared_ptr<const void>> kept_alive_;  // guarded by kept_alive_mu_
 };
 
 }  // namespace dtrain::comm

@@ -111,48 +111,63 @@ namespace {
 // gradients inside the update, in the ring's order: the parameters and momentum equal a
 // reduce-scatter followed by step() bit for bit, over several steps, for P = 1..4. Runs under TSan
 // (the reads of other ranks' buffers are ordered by the barrier and the allgather).
+// Every SGD variant: momentum with weight decay (the two-buffer loop), Nesterov and plain SGD
+// (the chunked path of Sgd::step_range).
+std::vector<optim::OptimizerConfig> sgd_variants() {
+  optim::OptimizerConfig momentum;
+  momentum.momentum = 0.9;
+  momentum.weight_decay = 0.01;
+  optim::OptimizerConfig nesterov = momentum;
+  nesterov.nesterov = true;
+  optim::OptimizerConfig plain;
+  return {momentum, nesterov, plain};
+}
+
 TEST(GradientSynchronizer, FusedUpdateEqualsReduceScatterThenStep) {
-  for (const int ranks : {1, 2, 3, 4}) {
-    comm::spawn_ranks(ranks, [&](comm::Communicator& comm) {
-      auto fused_model = small_mlp();
-      auto plain_model = small_mlp();
-      DataParallelOptions options;
-      options.overlap = false;
-      options.shard_optimizer = true;
-      DataParallelOptions fused_options = options;
-      fused_options.fused_update = true;
-      GradientSynchronizer fused(comm, *fused_model, fused_options);
-      GradientSynchronizer plain(comm, *plain_model, options);
-      optim::OptimizerConfig sgd;
-      sgd.momentum = 0.9;
-      sgd.weight_decay = 0.01;
-      auto fused_optimizer = optim::make_optimizer(sgd, fused.shard_segments());
-      auto plain_optimizer = optim::make_optimizer(sgd, plain.shard_segments());
-      for (int step = 0; step < 3; ++step) {
-        for (nn::Model* model : {fused_model.get(), plain_model.get()}) {
-          float* g = model->store().grads();
-          for (std::int64_t i = 0; i < model->store().num_params(); ++i) {
-            g[i] = 0.1f * static_cast<float>(i % 97) + 0.37f * static_cast<float>(comm.rank()) -
-                   0.05f * static_cast<float>(step);
+  for (const optim::OptimizerConfig& sgd : sgd_variants()) {
+    for (const int ranks : {1, 2, 3, 4}) {
+      comm::spawn_ranks(ranks, [&](comm::Communicator& comm) {
+        auto fused_model = small_mlp();
+        auto plain_model = small_mlp();
+        DataParallelOptions options;
+        options.overlap = false;
+        options.shard_optimizer = true;
+        DataParallelOptions fused_options = options;
+        fused_options.fused_update = true;
+        GradientSynchronizer fused(comm, *fused_model, fused_options);
+        GradientSynchronizer plain(comm, *plain_model, options);
+        auto fused_optimizer = optim::make_optimizer(sgd, fused.shard_segments());
+        auto plain_optimizer = optim::make_optimizer(sgd, plain.shard_segments());
+        for (int step = 0; step < 3; ++step) {
+          for (nn::Model* model : {fused_model.get(), plain_model.get()}) {
+            float* g = model->store().grads();
+            for (std::int64_t i = 0; i < model->store().num_params(); ++i) {
+              g[i] = 0.1f * static_cast<float>(i % 97) + 0.37f * static_cast<float>(comm.rank()) -
+                     0.05f * static_cast<float>(step);
+            }
+          }
+          fused.begin_step();
+          fused.finish();
+          fused.reduce_and_update(*fused_optimizer, fused_model->store().params(), 0.1);
+          fused.gather_parameters();
+          plain.begin_step();
+          plain.finish();
+          plain_optimizer->step(plain_model->store().params(), plain_model->store().grads(), 0.1);
+          plain.gather_parameters();
+          const nn::ParamStore& a = fused_model->store();
+          const nn::ParamStore& b = plain_model->store();
+          ASSERT_EQ(std::vector<float>(a.params(), a.params() + a.num_params()),
+                    std::vector<float>(b.params(), b.params() + b.num_params()))
+              << ranks << " ranks, rank " << comm.rank() << ", step " << step << ", momentum "
+              << sgd.momentum << (sgd.nesterov ? " (Nesterov)" : "");
+          ASSERT_EQ(fused_optimizer->state().size(), plain_optimizer->state().size());
+          for (std::size_t s = 0; s < plain_optimizer->state().size(); ++s) {
+            ASSERT_EQ(fused_optimizer->state()[s].values, plain_optimizer->state()[s].values);
           }
         }
-        fused.begin_step();
-        fused.finish();
-        fused.reduce_and_update(*fused_optimizer, fused_model->store().params(), 0.1);
-        fused.gather_parameters();
-        plain.begin_step();
-        plain.finish();
-        plain_optimizer->step(plain_model->store().params(), plain_model->store().grads(), 0.1);
-        plain.gather_parameters();
-        const nn::ParamStore& a = fused_model->store();
-        const nn::ParamStore& b = plain_model->store();
-        ASSERT_EQ(std::vector<float>(a.params(), a.params() + a.num_params()),
-                  std::vector<float>(b.params(), b.params() + b.num_params()))
-            << ranks << " ranks, rank " << comm.rank() << ", step " << step;
-        ASSERT_EQ(fused_optimizer->state()[0].values, plain_optimizer->state()[0].values);
-      }
-      EXPECT_EQ(fused_optimizer->steps(), 3);
-    });
+        EXPECT_EQ(fused_optimizer->steps(), 3);
+      });
+    }
   }
 }
 

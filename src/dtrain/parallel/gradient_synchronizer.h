@@ -99,7 +99,8 @@ class GradientSynchronizer {
   // fused_update only, after finish(): one update of this rank's shard by `optimizer` (built over
   // shard_segments(), one that optim::updates_in_parts) with the gradients summed over the ranks;
   // counts the step. Reads every rank's gradient buffer, which no rank writes again before the
-  // gather_parameters() that follows.
+  // gather_parameters() that follows: each rank sends its parameter block there only after its
+  // own update, and no rank leaves that allgather before it has every other rank's block.
   void reduce_and_update(optim::Optimizer& optimizer, float* params, double lr);
 
  private:

@@ -390,7 +390,7 @@ void Communicator::check_header(const Call& call, Clock::time_point start) {
       }
       if (!late.empty()) {
         log::warn(
-            "stall: {}rank(s) {} have not arrived after {:.1f} s (the call fails at {:.1f} s if "
+            "stall: {}rank(s) {} have not arrived after {:.3g} s (the call fails at {:.3g} s if "
             "they never do)",
             describe(call), rank_list(late),
             std::chrono::duration<double>(options_.stall_warning).count(),

@@ -111,20 +111,25 @@ namespace {
 // gradients inside the update, in the ring's order: the parameters and momentum equal a
 // reduce-scatter followed by step() bit for bit, over several steps, for P = 1..4. Runs under TSan
 // (the reads of other ranks' buffers are ordered by the barrier and the allgather).
-// Every SGD variant: momentum with weight decay (the two-buffer loop), Nesterov and plain SGD
-// (the chunked path of Sgd::step_range).
-std::vector<optim::OptimizerConfig> sgd_variants() {
+// Every rule that updates in parts: SGD with momentum and weight decay (the two-buffer loop),
+// Nesterov and plain SGD (the chunked path of Sgd::step_range), Adam and AdamW.
+std::vector<optim::OptimizerConfig> fused_optimizers() {
   optim::OptimizerConfig momentum;
   momentum.momentum = 0.9;
   momentum.weight_decay = 0.01;
   optim::OptimizerConfig nesterov = momentum;
   nesterov.nesterov = true;
   optim::OptimizerConfig plain;
-  return {momentum, nesterov, plain};
+  optim::OptimizerConfig adam;
+  adam.name = "adam";
+  adam.weight_decay = 0.01;
+  optim::OptimizerConfig adamw = adam;
+  adamw.name = "adamw";
+  return {momentum, nesterov, plain, adam, adamw};
 }
 
 TEST(GradientSynchronizer, FusedUpdateEqualsReduceScatterThenStep) {
-  for (const optim::OptimizerConfig& sgd : sgd_variants()) {
+  for (const optim::OptimizerConfig& config : fused_optimizers()) {
     for (const int ranks : {1, 2, 3, 4}) {
       comm::spawn_ranks(ranks, [&](comm::Communicator& comm) {
         auto fused_model = small_mlp();
@@ -136,8 +141,8 @@ TEST(GradientSynchronizer, FusedUpdateEqualsReduceScatterThenStep) {
         fused_options.fused_update = true;
         GradientSynchronizer fused(comm, *fused_model, fused_options);
         GradientSynchronizer plain(comm, *plain_model, options);
-        auto fused_optimizer = optim::make_optimizer(sgd, fused.shard_segments());
-        auto plain_optimizer = optim::make_optimizer(sgd, plain.shard_segments());
+        auto fused_optimizer = optim::make_optimizer(config, fused.shard_segments());
+        auto plain_optimizer = optim::make_optimizer(config, plain.shard_segments());
         for (int step = 0; step < 3; ++step) {
           for (nn::Model* model : {fused_model.get(), plain_model.get()}) {
             float* g = model->store().grads();
@@ -158,8 +163,8 @@ TEST(GradientSynchronizer, FusedUpdateEqualsReduceScatterThenStep) {
           const nn::ParamStore& b = plain_model->store();
           ASSERT_EQ(std::vector<float>(a.params(), a.params() + a.num_params()),
                     std::vector<float>(b.params(), b.params() + b.num_params()))
-              << ranks << " ranks, rank " << comm.rank() << ", step " << step << ", momentum "
-              << sgd.momentum << (sgd.nesterov ? " (Nesterov)" : "");
+              << ranks << " ranks, rank " << comm.rank() << ", step " << step << ", " << config.name
+              << " momentum " << config.momentum << (config.nesterov ? " (Nesterov)" : "");
           ASSERT_EQ(fused_optimizer->state().size(), plain_optimizer->state().size());
           for (std::size_t s = 0; s < plain_optimizer->state().size(); ++s) {
             ASSERT_EQ(fused_optimizer->state()[s].values, plain_optimizer->state()[s].values);

@@ -33,10 +33,20 @@ TEST(FusedUpdatePolicy, AutoNamesWhatIsMissing) {
   in.shares_memory = false;
   EXPECT_THAT(decide_fused_update("auto", in).reason, HasSubstr("processes"));
   in = threads_sgd();
-  in.optimizer = "adam";
-  const FusedUpdateDecision adam = decide_fused_update("auto", in);
-  EXPECT_FALSE(adam.fused);
-  EXPECT_THAT(adam.reason, HasSubstr("adam"));
+  in.optimizer = "lars";
+  const FusedUpdateDecision lars = decide_fused_update("auto", in);
+  EXPECT_FALSE(lars.fused);
+  EXPECT_THAT(lars.reason, HasSubstr("lars"));
+}
+
+TEST(FusedUpdatePolicy, AdamAndAdamWFuseToo) {
+  for (const char* name : {"adam", "adamw"}) {
+    FusedUpdateInputs in = threads_sgd();
+    in.optimizer = name;
+    const FusedUpdateDecision d = decide_fused_update("auto", in);
+    EXPECT_TRUE(d.fused) << name;
+    EXPECT_THAT(d.reason, HasSubstr(name));
+  }
 }
 
 TEST(FusedUpdatePolicy, TrueWhereItCannotApplyIsAConfigError) {

@@ -1,6 +1,7 @@
 #include "dtrain/optim/adam.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <utility>
 
@@ -15,20 +16,14 @@ namespace dtrain::optim {
 
 namespace {
 
-// The per-step scalars of the update, computed once in double.
-struct AdamCoefficients {
-  float beta1;
-  float beta2;
-  float one_minus_beta1;
-  float one_minus_beta2;
-  float step_size;     // lr / (1 - beta1^t)
-  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
-  float eps;
-};
+// Below this many elements a range is updated on the calling thread (waking a thread costs more).
+constexpr std::int64_t kElementsPerTask = 32768;
+// Gradient sums of step_range are formed this many elements at a time, on the stack.
+constexpr std::int64_t kSumChunk = 2048;
 
+#if !defined(__AVX__)
 // L2 (Adam): g = grad + wd * p. Decoupled (AdamW): p *= decay first, g = grad. Then the moments and
-// the bias-corrected step of adam.h. Elements [begin, n) one at a time: the tail of the AVX loop
-// and the whole range on CPUs without AVX.
+// the bias-corrected step of adam.h. Elements [begin, n) one at a time, on CPUs without AVX.
 template <bool kDecoupled>
 void adam_scalar(float* __restrict p, const float* __restrict grad, float* __restrict m,
                  float* __restrict v, std::int64_t begin, std::int64_t n, const AdamCoefficients& c,
@@ -49,44 +44,79 @@ void adam_scalar(float* __restrict p, const float* __restrict grad, float* __res
     p[i] = pi - c.step_size * mi / (std::sqrt(vi) * c.inv_sqrt_bc2 + c.eps);
   }
 }
+#endif
 
-// The same update eight elements at a time. Written with intrinsics because std::sqrt may set
+#if defined(__AVX__)
+// The update of eight lanes, shared by the loop and its masked tail so that every element goes
+// through the same operations wherever a range is cut (Adam::step_range relies on it).
+template <bool kDecoupled>
+struct Adam8 {
+  __m256 beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, inv_sqrt_bc2, eps, wd, decay;
+
+  Adam8(const AdamCoefficients& c, float wd_value, float decay_value)
+      : beta1(_mm256_set1_ps(c.beta1)),
+        beta2(_mm256_set1_ps(c.beta2)),
+        one_minus_beta1(_mm256_set1_ps(c.one_minus_beta1)),
+        one_minus_beta2(_mm256_set1_ps(c.one_minus_beta2)),
+        step_size(_mm256_set1_ps(c.step_size)),
+        inv_sqrt_bc2(_mm256_set1_ps(c.inv_sqrt_bc2)),
+        eps(_mm256_set1_ps(c.eps)),
+        wd(_mm256_set1_ps(wd_value)),
+        decay(_mm256_set1_ps(decay_value)) {}
+
+  // p, g, m, v in; p, m, v out.
+  void apply(__m256& p, __m256 g, __m256& m, __m256& v) const {
+    if constexpr (kDecoupled) {
+      p = _mm256_mul_ps(p, decay);
+    } else {
+      g = _mm256_add_ps(g, _mm256_mul_ps(wd, p));
+    }
+    m = _mm256_add_ps(_mm256_mul_ps(beta1, m), _mm256_mul_ps(one_minus_beta1, g));
+    v = _mm256_add_ps(_mm256_mul_ps(beta2, v), _mm256_mul_ps(_mm256_mul_ps(one_minus_beta2, g), g));
+    const __m256 denom = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(v), inv_sqrt_bc2), eps);
+    p = _mm256_sub_ps(p, _mm256_div_ps(_mm256_mul_ps(step_size, m), denom));
+  }
+};
+#endif
+
+// The update over n elements, eight at a time. Written with intrinsics because std::sqrt may set
 // errno, which stops GCC from vectorising the plain loop unless the whole build uses
-// -fno-math-errno; the arithmetic is the scalar loop's, operation for operation.
+// -fno-math-errno; the arithmetic is the scalar loop's, operation for operation. The last n % 8
+// elements go through the same vector code with masked loads and stores (masked-off lanes read
+// 0, whose update divides by eps > 0 and is not stored), so an element's bits do not depend on
+// where a range starts or ends.
 template <bool kDecoupled>
 void adam_range(float* __restrict p, const float* __restrict grad, float* __restrict m,
                 float* __restrict v, std::int64_t n, const AdamCoefficients& c, float wd,
                 float decay) {
-  std::int64_t i = 0;
 #if defined(__AVX__)
-  const __m256 beta1 = _mm256_set1_ps(c.beta1);
-  const __m256 beta2 = _mm256_set1_ps(c.beta2);
-  const __m256 one_minus_beta1 = _mm256_set1_ps(c.one_minus_beta1);
-  const __m256 one_minus_beta2 = _mm256_set1_ps(c.one_minus_beta2);
-  const __m256 step_size = _mm256_set1_ps(c.step_size);
-  const __m256 inv_sqrt_bc2 = _mm256_set1_ps(c.inv_sqrt_bc2);
-  const __m256 eps = _mm256_set1_ps(c.eps);
-  const __m256 wd8 = _mm256_set1_ps(wd);
-  const __m256 decay8 = _mm256_set1_ps(decay);
+  const Adam8<kDecoupled> op(c, wd, decay);
+  std::int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 pi = _mm256_loadu_ps(p + i);
-    __m256 g = _mm256_loadu_ps(grad + i);
-    if constexpr (kDecoupled) {
-      pi = _mm256_mul_ps(pi, decay8);
-    } else {
-      g = _mm256_add_ps(g, _mm256_mul_ps(wd8, pi));
-    }
-    const __m256 mi = _mm256_add_ps(_mm256_mul_ps(beta1, _mm256_loadu_ps(m + i)),
-                                    _mm256_mul_ps(one_minus_beta1, g));
-    const __m256 vi = _mm256_add_ps(_mm256_mul_ps(beta2, _mm256_loadu_ps(v + i)),
-                                    _mm256_mul_ps(_mm256_mul_ps(one_minus_beta2, g), g));
+    __m256 mi = _mm256_loadu_ps(m + i);
+    __m256 vi = _mm256_loadu_ps(v + i);
+    op.apply(pi, _mm256_loadu_ps(grad + i), mi, vi);
     _mm256_storeu_ps(m + i, mi);
     _mm256_storeu_ps(v + i, vi);
-    const __m256 denom = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(vi), inv_sqrt_bc2), eps);
-    _mm256_storeu_ps(p + i, _mm256_sub_ps(pi, _mm256_div_ps(_mm256_mul_ps(step_size, mi), denom)));
+    _mm256_storeu_ps(p + i, pi);
   }
+  if (i < n) {
+    // Lanes [0, n - i) on: a window into 8 "on" words followed by 8 "off" words.
+    alignas(32) static constexpr std::int32_t kLanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                                            0,  0,  0,  0,  0,  0,  0,  0};
+    const __m256i mask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLanes + 8 - (n - i)));
+    __m256 pi = _mm256_maskload_ps(p + i, mask);
+    __m256 mi = _mm256_maskload_ps(m + i, mask);
+    __m256 vi = _mm256_maskload_ps(v + i, mask);
+    op.apply(pi, _mm256_maskload_ps(grad + i, mask), mi, vi);
+    _mm256_maskstore_ps(m + i, mask, mi);
+    _mm256_maskstore_ps(v + i, mask, vi);
+    _mm256_maskstore_ps(p + i, mask, pi);
+  }
+#else
+  adam_scalar<kDecoupled>(p, grad, m, v, 0, n, c, wd, decay);
 #endif
-  adam_scalar<kDecoupled>(p, grad, m, v, i, n, c, wd, decay);
 }
 
 }  // namespace
@@ -105,39 +135,76 @@ Adam::Adam(const OptimizerConfig& config, std::vector<Segment> segments, bool de
   validate_optimizer_config(checked);
 }
 
-void Adam::step(float* params, const float* grads, double lr) {
+AdamCoefficients Adam::coefficients(double lr) const {
   DTRAIN_CHECK(std::isfinite(lr) && lr >= 0.0, "learning rate {} must be finite and >= 0", lr);
   const auto t = static_cast<double>(steps() + 1);
-  const double bias_correction1 = 1.0 - std::pow(beta1_, t);
-  const double bias_correction2 = 1.0 - std::pow(beta2_, t);
   AdamCoefficients c{};
   c.beta1 = static_cast<float>(beta1_);
   c.beta2 = static_cast<float>(beta2_);
   c.one_minus_beta1 = static_cast<float>(1.0 - beta1_);
   c.one_minus_beta2 = static_cast<float>(1.0 - beta2_);
-  c.step_size = static_cast<float>(lr / bias_correction1);
-  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bias_correction2));
+  c.step_size = static_cast<float>(lr / (1.0 - std::pow(beta1_, t)));
+  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(beta2_, t)));
   c.eps = eps_;
-  const auto decay = static_cast<float>(1.0 - lr * static_cast<double>(weight_decay_));
-  place_state(params, grads, {&exp_avg_, &exp_avg_sq_});
+  c.decay = static_cast<float>(1.0 - lr * static_cast<double>(weight_decay_));
+  return c;
+}
 
+void Adam::update(float* p, const float* g, float* m, float* v, std::int64_t n,
+                  const AdamCoefficients& c, bool weight_decay) const {
+  if (decoupled_) {
+    adam_range<true>(p, g, m, v, n, c, 0.0f, weight_decay ? c.decay : 1.0f);
+  } else {
+    adam_range<false>(p, g, m, v, n, c, weight_decay ? weight_decay_ : 0.0f, 1.0f);
+  }
+}
+
+void Adam::step(float* params, const float* grads, double lr) {
+  const AdamCoefficients c = coefficients(lr);
+  place_state(params, grads, {&exp_avg_, &exp_avg_sq_});
   for (const Range& range : ranges()) {
     float* p = params + range.param_offset;
     const float* g = grads + range.param_offset;
     float* m = exp_avg_.data() + range.state_offset;
     float* v = exp_avg_sq_.data() + range.state_offset;
     // Element-wise, so splitting a range over the compute threads gives the same bits.
-    compute_pool().parallel_for(range.numel, 32768, [&](std::int64_t b, std::int64_t e) {
-      if (decoupled_) {
-        adam_range<true>(p + b, g + b, m + b, v + b, e - b, c, 0.0f,
-                         range.weight_decay ? decay : 1.0f);
-      } else {
-        adam_range<false>(p + b, g + b, m + b, v + b, e - b, c,
-                          range.weight_decay ? weight_decay_ : 0.0f, 1.0f);
-      }
+    compute_pool().parallel_for(range.numel, kElementsPerTask, [&](std::int64_t b, std::int64_t e) {
+      update(p + b, g + b, m + b, v + b, e - b, c, range.weight_decay);
     });
   }
   count_step();
+}
+
+void Adam::step_range(float* params, std::span<const float* const> grads, double lr,
+                      std::int64_t begin, std::int64_t end) {
+  DTRAIN_CHECK(!grads.empty(), "Adam::step_range needs at least one gradient buffer");
+  const AdamCoefficients c = coefficients(lr);  // steps() moves only at finish_step()
+  place_state_for_range(params, {&exp_avg_, &exp_avg_sq_});
+  for_each_range_part(begin, end, [&](const Range& range, std::int64_t first, std::int64_t count) {
+    const std::int64_t at = range.param_offset + first;
+    float* p = params + at;
+    float* m = exp_avg_.data() + range.state_offset + first;
+    float* v = exp_avg_sq_.data() + range.state_offset + first;
+    compute_pool().parallel_for(count, kElementsPerTask, [&](std::int64_t b, std::int64_t e) {
+      if (grads.size() == 1) {
+        update(p + b, grads[0] + at + b, m + b, v + b, e - b, c, range.weight_decay);
+        return;
+      }
+      // The summed gradient a chunk at a time, left to right as the buffers are given (the
+      // ring reduce-scatter's order, parallel::GradientSynchronizer), then the update.
+      std::array<float, kSumChunk> sums;
+      for (std::int64_t lo = b; lo < e; lo += kSumChunk) {
+        const std::int64_t n = std::min(kSumChunk, e - lo);
+        const float* first_grads = grads[0] + at + lo;
+        std::copy(first_grads, first_grads + n, sums.begin());
+        for (std::size_t k = 1; k < grads.size(); ++k) {
+          const float* g = grads[k] + at + lo;
+          for (std::int64_t i = 0; i < n; ++i) sums[static_cast<std::size_t>(i)] += g[i];
+        }
+        update(p + lo, sums.data(), m + lo, v + lo, n, c, range.weight_decay);
+      }
+    });
+  });
 }
 
 std::vector<StateTensor> Adam::state() const {

@@ -13,11 +13,24 @@
 // 5 floats of memory traffic per element (read p, g, m, v; write p, m, v).
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "dtrain/optim/optimizer.h"
 
 namespace dtrain::optim {
+
+// The per-step scalars of the update, computed once in double (Adam::coefficients).
+struct AdamCoefficients {
+  float beta1;
+  float beta2;
+  float one_minus_beta1;
+  float one_minus_beta2;
+  float step_size;     // lr / (1 - beta1^t)
+  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
+  float eps;
+  float decay;  // AdamW: 1 - lr * weight_decay
+};
 
 class Adam final : public Optimizer {
  public:
@@ -25,11 +38,21 @@ class Adam final : public Optimizer {
   Adam(const OptimizerConfig& config, std::vector<Segment> segments, bool decoupled);
 
   void step(float* params, const float* grads, double lr) override;
+  // Every element goes through the same vector operations wherever a part is cut (adam.cc), so
+  // parts give the bits of step().
+  void step_range(float* params, std::span<const float* const> grads, double lr, std::int64_t begin,
+                  std::int64_t end) override;
   // {"adam.exp_avg", "adam.exp_avg_sq"}, or "adamw." names for AdamW.
   std::vector<StateTensor> state() const override;
   void load_state(const std::vector<StateTensor>& state, std::int64_t steps) override;
 
  private:
+  // This step's scalars (t = steps() + 1); checks lr.
+  AdamCoefficients coefficients(double lr) const;
+  // The rule over n elements of one range part, on the calling thread.
+  void update(float* p, const float* g, float* m, float* v, std::int64_t n,
+              const AdamCoefficients& c, bool weight_decay) const;
+
   bool decoupled_;
   double beta1_;
   double beta2_;

@@ -193,7 +193,9 @@ void validate_optimizer_config(const OptimizerConfig& config) {
   }
 }
 
-bool updates_in_parts(const std::string& name) { return name == "sgd"; }
+bool updates_in_parts(const std::string& name) {
+  return name == "sgd" || name == "adam" || name == "adamw";
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
                                           std::vector<Segment> segments) {

@@ -77,15 +77,13 @@ class Optimizer {
   // Elements outside every segment are neither read nor written.
   virtual void step(float* params, const float* grads, double lr) = 0;
 
-  // One update in parts, where updates_in_parts(name) (SGD): step_range updates the elements
+  // One update in parts, where updates_in_parts(name): step_range updates the elements
   // [begin, end) of the parameter buffer that lie in this optimizer's segments, each with the
   // gradient grads[0][i] + grads[1][i] + ... (summed in that order; every buffer laid out like
   // params), in the same loop as the update: parallel::GradientSynchronizer passes every rank's
   // gradient buffer, so the summed gradient is never stored. finish_step() then counts the update.
-  // Parts must not overlap; with one buffer they give the same bits as step(). Elsewhere
-  // step_range throws InternalError: LARS needs whole tensors, and Adam's bits depend on where
-  // the parts are cut (its AVX loop and its scalar tail do not round alike: cutting an update at
-  // other places changed them in StepRange's test).
+  // Parts must not overlap; with one buffer they give the same bits as step(). LARS's
+  // step_range throws InternalError: its trust ratio needs whole tensors.
   virtual void step_range(float* params, std::span<const float* const> grads, double lr,
                           std::int64_t begin, std::int64_t end);
   void finish_step() { count_step(); }
@@ -165,7 +163,8 @@ void validate_optimizer_config(const OptimizerConfig& config);
 
 // Validates `config` and builds its optimizer over `segments`. Throws ConfigError naming the key
 // (optim.name, optim.momentum, ...) with the value and the accepted values or range.
-// Whether the optimizer `name` (optim.name) implements Optimizer::step_range: "sgd" only.
+// Whether the optimizer `name` (optim.name) implements Optimizer::step_range: sgd, adam and
+// adamw; not lars, whose trust ratio needs whole tensors.
 bool updates_in_parts(const std::string& name);
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,

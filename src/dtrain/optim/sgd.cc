@@ -61,16 +61,21 @@ Sgd::Sgd(const OptimizerConfig& config, std::vector<Segment> segments)
   if (config.momentum > 0.0) velocity_ = PlacedFloats(state_numel(), 0);
 }
 
+void Sgd::update_serial(float* p, const float* g, float* v, std::int64_t n, float lr,
+                        float wd) const {
+  if (v == nullptr) {
+    sgd_plain(p, g, n, lr, wd);
+  } else if (nesterov_) {
+    sgd_momentum<true>(p, g, v, n, lr, wd, momentum_);
+  } else {
+    sgd_momentum<false>(p, g, v, n, lr, wd, momentum_);
+  }
+}
+
 void Sgd::update(float* p, const float* g, float* v, std::int64_t n, float lr, float wd) const {
   // Element-wise, so splitting a range over the compute threads gives the same bits.
   compute_pool().parallel_for(n, kElementsPerTask, [&](std::int64_t b, std::int64_t e) {
-    if (v == nullptr) {
-      sgd_plain(p + b, g + b, e - b, lr, wd);
-    } else if (nesterov_) {
-      sgd_momentum<true>(p + b, g + b, v + b, e - b, lr, wd, momentum_);
-    } else {
-      sgd_momentum<false>(p + b, g + b, v + b, e - b, lr, wd, momentum_);
-    }
+    update_serial(p + b, g + b, v == nullptr ? nullptr : v + b, e - b, lr, wd);
   });
 }
 
@@ -109,18 +114,21 @@ void Sgd::step_range(float* params, std::span<const float* const> grads, double 
       });
       return;
     }
-    // Other counts: sum a chunk at a time (left to right), then the usual update.
-    constexpr std::int64_t kChunk = 2048;
-    std::array<float, kChunk> sums;
-    for (std::int64_t b = 0; b < count; b += kChunk) {
-      const std::int64_t n = std::min(kChunk, count - b);
-      std::copy(grads[0] + at + b, grads[0] + at + b + n, sums.begin());
-      for (std::size_t k = 1; k < grads.size(); ++k) {
-        const float* g = grads[k] + at + b;
-        for (std::int64_t i = 0; i < n; ++i) sums[static_cast<std::size_t>(i)] += g[i];
+    // Other counts: over the compute threads, each summing a chunk at a time (left to right)
+    // on its stack, then the usual update of that chunk.
+    compute_pool().parallel_for(count, kElementsPerTask, [&](std::int64_t b, std::int64_t e) {
+      constexpr std::int64_t kChunk = 2048;
+      std::array<float, kChunk> sums;
+      for (std::int64_t lo = b; lo < e; lo += kChunk) {
+        const std::int64_t n = std::min(kChunk, e - lo);
+        std::copy(grads[0] + at + lo, grads[0] + at + lo + n, sums.begin());
+        for (std::size_t k = 1; k < grads.size(); ++k) {
+          const float* g = grads[k] + at + lo;
+          for (std::int64_t i = 0; i < n; ++i) sums[static_cast<std::size_t>(i)] += g[i];
+        }
+        update_serial(p + lo, sums.data(), v == nullptr ? nullptr : v + lo, n, lr_f, wd);
       }
-      update(p + b, sums.data(), v == nullptr ? nullptr : v + b, n, lr_f, wd);
-    }
+    });
   });
 }
 

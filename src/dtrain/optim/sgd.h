@@ -31,8 +31,10 @@ class Sgd final : public Optimizer {
   void load_state(const std::vector<StateTensor>& state, std::int64_t steps) override;
 
  private:
-  // The rule over n elements (v null without momentum).
+  // The rule over n elements (v null without momentum): over the compute pool, or on the calling
+  // thread.
   void update(float* p, const float* g, float* v, std::int64_t n, float lr, float wd) const;
+  void update_serial(float* p, const float* g, float* v, std::int64_t n, float lr, float wd) const;
 
   float momentum_;
   float weight_decay_;

@@ -283,7 +283,7 @@ std::vector<Field> fields(Config& c) {
        "ZeRO-1 with ranks as threads: sum each shard's gradients over the ranks inside the "
        "optimizer update, reading the other ranks' buffers in place, instead of a reduce-scatter; "
        "auto: where the optimizer is sharded, buckets do not overlap, ranks share memory and the "
-       "optimizer is sgd (docs/PARALLEL.md)",
+       "optimizer is sgd, adam or adamw (docs/PARALLEL.md)",
        -kInf,
        kInf,
        false,

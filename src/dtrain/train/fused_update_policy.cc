@@ -18,12 +18,13 @@ FusedUpdateDecision decide_fused_update(const std::string& setting,
   } else if (!inputs.shares_memory) {
     missing = "the ranks are processes, which do not share memory";
   } else if (!optim::updates_in_parts(inputs.optimizer)) {
-    missing =
-        fmt::format("optim.name = {} does not update in parts (only sgd does)", inputs.optimizer);
+    missing = fmt::format("optim.name = {} does not update in parts (sgd, adam and adamw do)",
+                          inputs.optimizer);
   }
   if (missing.empty()) {
-    return {true, fmt::format("fused ({}: ranks share memory, sgd)",
-                              setting == "true" ? "parallel.fused_update = true" : "auto")};
+    return {true, fmt::format("fused ({}: ranks share memory, {})",
+                              setting == "true" ? "parallel.fused_update = true" : "auto",
+                              inputs.optimizer)};
   }
   if (setting == "true") {
     throw ConfigError(fmt::format(

@@ -65,8 +65,12 @@ data = bytearray(open(path, "rb").read())
 data[len(data) // 2] ^= 0x55
 open(path, "wb").write(data)
 PY
+cp "$TMP/run/resolved.toml" "$TMP/resolved-before"
 expect_error corrupt-checkpoint 2 "checkpoint .*epoch-1.ckpt is corrupt: CRC-32" -- \
   train --resume "$TMP/run" --epochs 2
+# A failed resume leaves the run folder as it was.
+cmp -s "$TMP/run/resolved.toml" "$TMP/resolved-before" ||
+  { echo "FAIL: a failed --resume rewrote resolved.toml"; failures=$((failures + 1)); }
 head -c 100 "$TMP/run/checkpoints/epoch-1.ckpt" > "$TMP/cut" && mv "$TMP/cut" "$TMP/run/checkpoints/epoch-1.ckpt"
 expect_error truncated-checkpoint 2 "epoch-1.ckpt is truncated" -- \
   train --resume "$TMP/run" --epochs 2
@@ -80,7 +84,26 @@ expect_error existing-run 2 "already holds a run" -- \
 
 expect_error unknown-flag 1 "see .dtrain train --help" -- train --config "$quick" --bogus
 expect_error no-config 1 "--config FILE or --resume DIR" -- train
-expect_error no-command 1 "subcommand" --
+expect_error no-command 1 "needs a command: train, sweep, config, bench" --
+expect_error unknown-command 1 "unknown command 'nosuchcmd' for .dtrain.: the commands are" -- nosuchcmd
+expect_error unknown-bench 1 "unknown command 'nosuch' for .dtrain bench." -- bench nosuch
+expect_error config-is-a-directory 2 "config file $TMP is a directory" -- train --config "$TMP"
+expect_error zero-workers 1 "--workers: 0 is below 1, the smallest accepted value" -- \
+  train --config "$quick" --workers 0
+expect_error not-a-number 1 "--epochs: 'x' is not a whole number" -- train --config "$quick" --epochs x
+expect_error straggler-rank 2 "slows rank 5, but this run has 2 worker rank\(s\), 0 to 1" -- \
+  train --config "$quick" --workers 2 --straggler rank=5,slowdown=2 --out "$TMP/r7"
+expect_error scaling-workers 2 "--workers 1,5000: each count must be in \[1, 1024\]" -- \
+  bench scaling --config "$quick" --workers 1,5000
+expect_error collective-ranks 2 "ranks 100000 is not in \[1, 1024\]" -- \
+  bench collectives --op allreduce --ranks 100000 --sizes 4
+expect_error collective-memory 2 "more than this machine's .* GiB; give smaller --sizes" -- \
+  bench collectives --op allreduce --ranks 2 --sizes 99999G
+expect_error gemm-threads 2 "--threads 0 is not >= 1" -- bench gemm --threads 0
+# Parameter-server keys under allreduce: a warning, and the run goes on.
+"$DTRAIN" train --config "$quick" --epochs 1 --quiet --consistency ssp --out "$TMP/r8" 2> "$TMP/err"
+grep -q 'parallel.consistency = "ssp" is ignored' "$TMP/err" ||
+  { echo "FAIL: no warning for a ps key under allreduce:"; cat "$TMP/err"; failures=$((failures + 1)); }
 
 "$DTRAIN" train --help > "$TMP/help" 2>&1 || { echo "FAIL: train --help exited non-zero"; failures=$((failures + 1)); }
 for word in --config --set --out --resume --epochs --threads --quiet Examples summary.json metrics.jsonl; do

@@ -248,6 +248,23 @@ TEST(Config, MalformedOverride) {
 TEST(Config, MissingFile) {
   EXPECT_THAT(config_error([] { load_config("/nonexistent/dtrain/run.toml"); }),
               HasSubstr("cannot open config file /nonexistent/dtrain/run.toml"));
+  // A directory opens as a stream that reads nothing: it must not train on the defaults.
+  EXPECT_THAT(config_error([] { load_config("/tmp"); }),
+              AllOf(HasSubstr("config file /tmp is a directory"), HasSubstr("TOML file")));
+}
+
+TEST(Config, IgnoredSettingsNameParameterServerKeysUnderAnotherStrategy) {
+  Config config;
+  EXPECT_TRUE(ignored_settings(config).empty());
+  config.parallel.consistency = "ssp";
+  config.parallel.backup_workers = 1;
+  const std::vector<std::string> ignored = ignored_settings(config);
+  ASSERT_EQ(ignored.size(), 2u);
+  EXPECT_THAT(ignored[0], AllOf(HasSubstr("parallel.consistency = \"ssp\" is ignored"),
+                                HasSubstr("\"allreduce\"")));
+  EXPECT_THAT(ignored[1], HasSubstr("parallel.backup_workers = 1"));
+  config.parallel.strategy = "ps";
+  EXPECT_TRUE(ignored_settings(config).empty());
 }
 
 TEST(Config, ResolvedTomlReadsBackIdentically) {

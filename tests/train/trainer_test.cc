@@ -199,12 +199,17 @@ TEST_F(TrainerTest, RunFolderErrors) {
   } catch (const CheckpointError& e) {
     EXPECT_THAT(e.what(), HasSubstr("no checkpoint to resume from"));
   }
-  // A corrupt checkpoint is refused, not loaded.
+  // A corrupt checkpoint is refused, not loaded, and the failed resume leaves the run folder as
+  // it was: resolved.toml still says epochs = 1.
   config.train.epochs = 2;
   std::string bytes = read_whole_file(dir("run") + "/checkpoints/epoch-1.ckpt");
   bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x40);
   write_file_atomically(dir("run") + "/checkpoints/epoch-1.ckpt", bytes);
+  const std::string resolved = read_whole_file(dir("run") + "/resolved.toml");
+  const std::string metrics = read_whole_file(dir("run") + "/metrics.jsonl");
   EXPECT_THROW(train(config, dir("run"), /*resume=*/true), CheckpointError);
+  EXPECT_EQ(read_whole_file(dir("run") + "/resolved.toml"), resolved);
+  EXPECT_EQ(read_whole_file(dir("run") + "/metrics.jsonl"), metrics);
 }
 
 TEST_F(TrainerTest, MseLossAndEvaluationInBatches) {

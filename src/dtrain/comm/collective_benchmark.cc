@@ -1,6 +1,7 @@
 #include "dtrain/comm/collective_benchmark.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -329,10 +330,32 @@ void validate_collective_benchmark_options(const CollectiveBenchmarkOptions& opt
     throw ConfigError("collective benchmark: segment size 0 is not >= 1 byte");
   }
   for (int p : options.ranks) {
-    if (p < 1) throw ConfigError(fmt::format("collective benchmark: ranks {} is not >= 1", p));
+    if (p < 1 || p > kMaxBenchmarkRanks) {
+      throw ConfigError(
+          fmt::format("collective benchmark: ranks {} is not in [1, {}]", p, kMaxBenchmarkRanks));
+    }
   }
   for (auto size : options.sizes) {
     if (size < 1) throw ConfigError(fmt::format("collective benchmark: size {} is not >= 1", size));
+  }
+  // Each rank holds up to 3 buffers of `size` bytes (input, output, the algorithm's scratch);
+  // inproc ranks share this process. Refused up front rather than failing with bad_alloc.
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_bytes = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page_bytes > 0 && !options.sizes.empty() && !options.ranks.empty()) {
+    const double memory = static_cast<double>(pages) * static_cast<double>(page_bytes);
+    const auto largest = *std::max_element(options.sizes.begin(), options.sizes.end());
+    const int ranks = options.transport == "mpi"
+                          ? 1
+                          : *std::max_element(options.ranks.begin(), options.ranks.end());
+    const double needed = 3.0 * static_cast<double>(largest) * static_cast<double>(ranks);
+    if (needed > memory) {
+      throw ConfigError(fmt::format(
+          "collective benchmark: size {} bytes per rank needs about {:.1f} GiB for {} rank(s) in "
+          "this process (3 buffers each), more than this machine's {:.1f} GiB; give smaller "
+          "--sizes or fewer --ranks",
+          largest, needed / 1073741824.0, ranks, memory / 1073741824.0));
+    }
   }
   if (options.min_iterations < 1 || options.max_iterations < options.min_iterations) {
     throw ConfigError(fmt::format("collective benchmark: iteration bounds [{}, {}] are not valid",

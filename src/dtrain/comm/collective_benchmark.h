@@ -34,6 +34,9 @@ const std::vector<std::string>& benchmark_ops();
 // The nccl-tests bus-bandwidth factor of `op` on P ranks; ConfigError for an unknown op.
 double bus_bandwidth_factor(std::string_view op, int ranks);
 
+// The most ranks one configuration may have (inproc: threads of this process).
+inline constexpr int kMaxBenchmarkRanks = 1024;
+
 struct CollectiveBenchmarkOptions {
   // Subset of benchmark_ops(), run in this order.
   std::vector<std::string> ops = benchmark_ops();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -231,7 +232,7 @@ std::vector<Field> fields(Config& c) {
        false,
        {"allreduce", "ps", "hogwild"}},
       {"parallel", "workers", &p.workers,
-       "data-parallel ranks as threads of each process (x processes under mpirun)", 1, 1024},
+       "data-parallel ranks as threads of each process (x processes under mpirun)", 1, kMaxWorkers},
       {"parallel", "allreduce", &p.allreduce, "gradient allreduce algorithm", -kInf, kInf, false,
        false, algorithms},
       {"parallel",
@@ -782,6 +783,14 @@ Config parse_config(std::string_view toml_text, const std::string& source,
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    // An ifstream opens a directory and reads nothing, which would train on the defaults.
+    throw ConfigError(fmt::format(
+        "config file {} is a directory; give --config a TOML file (examples/*.toml, or a run "
+        "folder's resolved.toml)",
+        path));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw ConfigError(
@@ -789,6 +798,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   }
   std::ostringstream text;
   text << in.rdbuf();
+  if (in.bad()) {
+    throw ConfigError(
+        fmt::format("cannot read config file {}; check the path given to --config", path));
+  }
   return parse_config(text.str(), path, overrides);
 }
 
@@ -798,6 +811,28 @@ void apply_override(Config& config, std::string_view assignment) {
 }
 
 void validate(const Config& config) { validate_impl(config, Origins{}); }
+
+std::vector<std::string> ignored_settings(const Config& config) {
+  const ParallelSection& p = config.parallel;
+  const ParallelSection defaults;
+  std::vector<std::string> ignored;
+  if (p.strategy != "ps") {
+    const auto note = [&](const std::string& key, const std::string& value) {
+      ignored.push_back(fmt::format(
+          "parallel.{} = {} is ignored: it applies to parallel.strategy = \"ps\", not \"{}\"", key,
+          value, p.strategy));
+    };
+    if (p.consistency != defaults.consistency) note("consistency", "\"" + p.consistency + "\"");
+    if (p.staleness != defaults.staleness) note("staleness", std::to_string(p.staleness));
+    if (p.pull_every != defaults.pull_every) note("pull_every", std::to_string(p.pull_every));
+    if (p.backup_workers != defaults.backup_workers) {
+      note("backup_workers", std::to_string(p.backup_workers));
+    }
+    if (p.servers != defaults.servers) note("servers", std::to_string(p.servers));
+    if (p.colocate_servers != defaults.colocate_servers) note("colocate_servers", "true");
+  }
+  return ignored;
+}
 
 std::string to_toml(const Config& config) {
   Config copy = config;

@@ -15,6 +15,9 @@
 
 namespace dtrain::train {
 
+// The most ranks (threads) parallel.workers may start in one process.
+inline constexpr int kMaxWorkers = 1024;
+
 // [model]: what nn::build_model builds (see nn/model_zoo.h for the meaning of each key).
 struct ModelSection {
   std::string name = "mlp";  // mlp | lenet5 | resnet | logistic | svm (the last two: hogwild)
@@ -155,6 +158,12 @@ void apply_override(Config& config, std::string_view assignment);
 
 // Range and cross-key checks; ConfigError naming the key, the value and the accepted range.
 void validate(const Config& config);
+
+// Keys set away from their defaults that the chosen strategy does not read, e.g.
+// parallel.consistency = "ssp" with parallel.strategy = "allreduce": one sentence each, for a
+// warning at the start of a run (not an error: a sweep's `--modes allreduce,...` runs a
+// parameter-server config as allreduce on purpose).
+std::vector<std::string> ignored_settings(const Config& config);
 
 // The config as TOML, every key written with a comment giving its meaning and accepted values;
 // parse_config(to_toml(c)) == c.

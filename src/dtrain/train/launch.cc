@@ -100,6 +100,9 @@ RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
 }  // namespace
 
 RunSummary run_training(const Config& config, const TrainerOptions& options) {
+  if (!comm::launched_by_mpirun() || comm::mpi_world_rank() == 0) {
+    for (const std::string& ignored : ignored_settings(config)) log::warn("{}", ignored);
+  }
   if (config.parallel.strategy == "hogwild") return run_hogwild(config, options);
   if (comm::launched_by_mpirun()) return run_under_mpi(config, options);
   const bool ps = config.parallel.strategy == "ps";

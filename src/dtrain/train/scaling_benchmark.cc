@@ -34,10 +34,10 @@ void check_scaling_benchmark(const Config& config, const ScalingBenchmarkOptions
   if (options.workers.empty()) throw ConfigError("bench scaling: --workers names no count");
   std::set<int> seen;
   for (int w : options.workers) {
-    if (w < 1 || !seen.insert(w).second) {
+    if (w < 1 || w > kMaxWorkers || !seen.insert(w).second) {
       throw ConfigError(fmt::format(
-          "bench scaling: --workers {}: each count must be >= 1 and appear once, e.g. 1,2",
-          fmt::join(options.workers, ",")));
+          "bench scaling: --workers {}: each count must be in [1, {}] and appear once, e.g. 1,2",
+          fmt::join(options.workers, ","), kMaxWorkers));
     }
   }
   if (options.rounds < 1 || options.steps < 1 || options.warmup_steps < 0) {

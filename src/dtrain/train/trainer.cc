@@ -189,6 +189,12 @@ Trainer::Trainer(Config config, TrainerOptions options)
   }
   schedule_ = std::make_unique<optim::LrSchedule>(schedule_config(config_, steps_per_epoch_));
   straggler_ = parse_straggler(config_.parallel.straggler);
+  if (straggler_.kind == StragglerSpec::Kind::kSlowRank && straggler_.rank >= world_) {
+    throw ConfigError(fmt::format(
+        "parallel.straggler = \"{}\" slows rank {}, but this run has {} worker rank(s), 0 to {}; "
+        "name one of them",
+        config_.parallel.straggler, straggler_.rank, world_, world_ - 1));
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -456,7 +462,6 @@ void Trainer::prepare_run_dir() {
         "choose another --out",
         dir.string(), dir.string()));
   }
-  write_file_atomically((dir / "resolved.toml").string(), to_toml(config_));
 }
 
 RunSummary Trainer::run() {
@@ -523,6 +528,9 @@ RunSummary Trainer::run() {
     }
     if (writer) drop_records_after((dir / "metrics.jsonl").string(), checkpoint.epoch);
   }
+  // Only now, with any checkpoint read and checked: a resume that fails leaves the folder as it
+  // was (its resolved.toml still says how the run was trained).
+  if (writer) write_file_atomically((dir / "resolved.toml").string(), to_toml(config_));
   const std::int64_t resumed_from = start_epoch;
   const std::int64_t first_step = global_step;
 

@@ -133,6 +133,9 @@ void run_bench_gemm(const std::vector<int>& thread_counts, int repeats, bool jso
       {256, 784, 128, "MLP fc1 weight grad"},
       {128, 256, 256, "MLP fc2 forward"},
   };
+  for (int t : thread_counts) {  // before the table's header, so an error is the only output
+    if (t < 1) throw ConfigError(fmt::format("bench gemm: --threads {} is not >= 1", t));
+  }
   nlohmann::json out = nlohmann::json::array();
   if (!json) {
     fmt::print("{:<30} {:>5} {:>5} {:>5} {:>7} {:>10}\n", "shape", "m", "n", "k", "threads",

@@ -22,6 +22,54 @@ std::string one_line(std::string text) {
   return text;
 }
 
+// The innermost command the parser entered: `dtrain` itself, `dtrain bench`, ...
+const CLI::App* innermost(const CLI::App& app) {
+  const CLI::App* at = &app;
+  for (bool deeper = true; deeper;) {
+    deeper = false;
+    for (const CLI::App* sub : at->get_subcommands([](const CLI::App*) { return true; })) {
+      if (sub->parsed()) {
+        at = sub;
+        deeper = true;
+        break;
+      }
+    }
+  }
+  return at;
+}
+
+// For a command that needs a subcommand and got none: names the word the user gave instead (if
+// any) and the accepted ones. CLI11 says only "A subcommand is required". Empty otherwise.
+std::string missing_subcommand_message(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* at = innermost(app);
+  const auto subs = at->get_subcommands([](const CLI::App*) { return true; });
+  if (subs.empty()) return {};
+  std::string names;
+  for (const CLI::App* sub : subs) {
+    if (sub->parsed()) return {};
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", sub->get_name());
+  }
+  // The command's path: "dtrain", "dtrain bench".
+  std::string path = app.get_name();
+  std::vector<std::string> chain;
+  for (const CLI::App* a = at; a != &app; a = a->get_parent())
+    chain.insert(chain.begin(), a->get_name());
+  for (const auto& name : chain) path += " " + name;
+  // The first word after the chain that is not an option.
+  std::size_t matched = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') continue;
+    if (matched < chain.size() && word == chain[matched]) {
+      ++matched;
+      continue;
+    }
+    return fmt::format("unknown command '{}' for `{}`: the commands are {}; see `{} --help`", word,
+                       path, names, path);
+  }
+  return fmt::format("`{}` needs a command: {}; see `{} --help`", path, names, path);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -38,6 +86,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    if (const std::string message = missing_subcommand_message(app, argc, argv); !message.empty()) {
+      fmt::print(stderr, "error: {}\n", message);
+      return 1;
+    }
     std::string hint = "dtrain --help";
     for (const auto& command : commands) {
       if (command.app->parsed()) hint = fmt::format("dtrain {} --help", command.app->get_name());

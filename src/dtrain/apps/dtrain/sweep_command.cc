@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "dtrain/base/error.h"
 #include "dtrain/train/atomic_file.h"
@@ -120,7 +121,7 @@ Command add_sweep_command(CLI::App& app) {
   sub->add_option("--grid,-g", flags->grid, "axis: any config key and its values (repeatable)")
       ->type_name("KEY=V1,V2,...");
   sub->add_option("--epochs", flags->epochs, "shortcut for --set train.epochs=N")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   sub->add_option("--out,-o", flags->out, "sweep folder (default runs/sweep-<config>-<time>)");
   sub->add_flag("--json", flags->json, "print the rows as JSON instead of a table");
   return Command{sub, [flags] { return run_sweep_command(*flags); }};

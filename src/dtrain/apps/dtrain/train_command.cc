@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "dtrain/base/error.h"
 #include "dtrain/train/config.h"
@@ -178,12 +179,12 @@ Command add_train_command(CLI::App& app) {
   auto* resume = sub->add_option("--resume", flags->resume,
                                  "continue the run in this folder from its latest checkpoint");
   sub->add_option("--epochs", flags->epochs, "shortcut for --set train.epochs=N")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   sub->add_option("--threads", flags->threads, "shortcut for --set train.threads=N")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   sub->add_option("--workers,-w", flags->workers,
                   "data-parallel ranks as threads (shortcut for --set parallel.workers=N)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   sub->add_option("--strategy", flags->strategy,
                   "how the workers share the model: allreduce (default), ps (parameter servers, "
                   "docs/PS.md) or hogwild (lock-free threads, docs/HOGWILD.md)");
@@ -221,8 +222,8 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--fused-update", flags->fused_update,
                   "with the optimizer sharded and ranks as threads: true sums each shard's "
                   "gradients over the ranks inside the update (read in place, no reduce-scatter); "
-                  "false reduce-scatters first; auto (default): true where it applies (sgd, no "
-                  "overlap)")
+                  "false reduce-scatters first; auto (default): true where it applies (sgd, adam "
+                  "or adamw, no overlap)")
       ->check(CLI::IsMember({"auto", "true", "false"}));
   sub->add_flag("--sync-bn", flags->sync_bn, "batch-norm statistics over all ranks");
   sub->add_option("--straggler", flags->straggler,
@@ -231,7 +232,7 @@ Command add_train_command(CLI::App& app) {
       ->type_name("SPEC");
   sub->add_option("--servers", flags->servers,
                   "--strategy ps: parameter-server ranks (parallel.servers)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   sub->add_flag("--colocate-servers", flags->colocate_servers,
                 "--strategy ps: run the servers on workers 0 .. S-1 (a second thread each) instead "
                 "of on ranks of their own");
@@ -239,14 +240,14 @@ Command add_train_command(CLI::App& app) {
                   "--strategy ps: bsp (synchronous), async (Downpour) or ssp (bounded staleness)");
   sub->add_option("--staleness", flags->staleness,
                   "--consistency ssp: steps a worker may run ahead of the slowest")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   sub->add_option("--pull-every", flags->pull_every,
                   "--consistency async: pull the parameters every N steps")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   sub->add_option("--backup-workers", flags->backup_workers,
                   "--strategy ps --consistency bsp: each step uses the first workers - N "
                   "gradients and drops the late ones")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   sub->add_flag("--quiet,-q", flags->quiet, "no progress output (errors are still printed)");
   resume->excludes(config)->excludes(out);
   sub->callback([flags, config, resume] {

@@ -313,7 +313,7 @@ TEST(Config, ValidateChecksAConfigBuiltInCode) {
   Config config;
   config.train.epochs = 0;
   EXPECT_THAT(config_error([&] { validate(config); }),
-              AllOf(HasSubstr("'train.epochs' = 0 in the defaults"), HasSubstr("1 <=")));
+              AllOf(HasSubstr("'train.epochs' = 0 in the configuration"), HasSubstr("1 <=")));
   Config fine;
   EXPECT_NO_THROW(validate(fine));
 }

@@ -585,8 +585,10 @@ void apply_table(Config& config, const toml::table& root, const std::string& whe
   }
 }
 
-void apply_override_impl(Config& config, std::string_view assignment, Origins& origins) {
-  const std::string where = fmt::format("--set {}", assignment);
+void apply_override_impl(Config& config, std::string_view assignment, Origins& origins,
+                         std::string_view origin = {}) {
+  const std::string where =
+      origin.empty() ? fmt::format("--set {}", assignment) : std::string(origin);
   const auto equals = assignment.find('=');
   const auto dot = assignment.find('.');
   if (equals == std::string_view::npos || dot == std::string_view::npos || dot > equals) {
@@ -620,12 +622,14 @@ void apply_override_impl(Config& config, std::string_view assignment, Origins& o
   origins[field.name()] = where;
 }
 
-void validate_impl(const Config& config, const Origins& origins) {
+// Keys missing from `origins` are said to come from `unknown_origin`.
+void validate_impl(const Config& config, const Origins& origins,
+                   const char* unknown_origin = "the defaults") {
   Config copy = config;
   const auto table = fields(copy);
   auto where = [&](const std::string& name) {
     const auto it = origins.find(name);
-    return it == origins.end() ? std::string("the defaults") : it->second;
+    return it == origins.end() ? std::string(unknown_origin) : it->second;
   };
   auto out_of_range = [&](const Field& field, const std::string& value) {
     throw ConfigError(fmt::format("config key '{}' = {} in {} is out of range; accepted: {}",
@@ -805,12 +809,13 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return parse_config(text.str(), path, overrides);
 }
 
-void apply_override(Config& config, std::string_view assignment) {
+void apply_override(Config& config, std::string_view assignment, std::string_view origin) {
   Origins origins;
-  apply_override_impl(config, assignment, origins);
+  apply_override_impl(config, assignment, origins, origin);
 }
 
-void validate(const Config& config) { validate_impl(config, Origins{}); }
+// Where the keys came from is not known here (a sweep point, a config built in code).
+void validate(const Config& config) { validate_impl(config, Origins{}, "the configuration"); }
 
 std::vector<std::string> ignored_settings(const Config& config) {
   const ParallelSection& p = config.parallel;

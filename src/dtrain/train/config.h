@@ -153,8 +153,9 @@ Config parse_config(std::string_view toml_text, const std::string& source,
 
 // Applies one "section.key=value" to `config` without validating ranges (types are checked). The
 // value is read as TOML for the key's type: 3, 0.1, 1e-3, true, [256, 256], "text"; a string key
-// also takes a bare word (model.name=resnet).
-void apply_override(Config& config, std::string_view assignment);
+// also takes a bare word (model.name=resnet). `origin` names where the assignment came from in
+// errors ("the sweep axis --workers"); empty means "--set <assignment>".
+void apply_override(Config& config, std::string_view assignment, std::string_view origin = {});
 
 // Range and cross-key checks; ConfigError naming the key, the value and the accepted range.
 void validate(const Config& config);

@@ -114,17 +114,24 @@ SweepResult run_sweep(
   });
   for (const auto& point : points) {
     Config config = base;
-    if (!zero_stage_swept && config.parallel.zero_stage == "auto") {
-      apply_override(config, "parallel.zero_stage=0");
-    }
-    for (std::size_t i = 0; i < axes.size(); ++i) {
-      if (axes[i].key == kModeAxis) {
-        for (const auto& assignment : mode_overrides(point[i])) apply_override(config, assignment);
-      } else {
-        apply_override(config, axes[i].key + "=" + point[i]);
+    try {
+      if (!zero_stage_swept && config.parallel.zero_stage == "auto") {
+        apply_override(config, "parallel.zero_stage=0", "the sweep's replicated optimizer");
       }
+      for (std::size_t i = 0; i < axes.size(); ++i) {
+        const std::string origin = fmt::format("the sweep axis {} = {}", axes[i].key, point[i]);
+        if (axes[i].key == kModeAxis) {
+          for (const auto& assignment : mode_overrides(point[i])) {
+            apply_override(config, assignment, origin);
+          }
+        } else {
+          apply_override(config, axes[i].key + "=" + point[i], origin);
+        }
+      }
+      validate(config);
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("sweep point {}: {}", point_name(axes, point), e.what()));
     }
-    validate(config);
     configs.push_back(config);
   }
   SweepResult result{axes, {}};

@@ -280,6 +280,7 @@ Command add_bench_command(CLI::App& app) {
     comm::CollectiveBenchmarkOptions collectives;
     std::vector<std::string> collective_sizes;
     std::string collective_segment;
+    bool collective_no_pin = false;
     bool json = false;
   };
   auto flags = std::make_shared<Flags>();
@@ -363,7 +364,7 @@ Command add_bench_command(CLI::App& app) {
       "--sizes 4,4M,64M");
   coll_cmd
       ->add_option("--op", flags->collectives.ops,
-                   "collectives: allreduce, broadcast, allgather, reduce_scatter")
+                   "collectives to measure, comma-separated (default: all of them)")
       ->delimiter(',')
       ->capture_default_str();
   coll_cmd
@@ -391,7 +392,7 @@ Command add_bench_command(CLI::App& app) {
                        "timed calls per size (default: about 0.2 s, 5 .. 10000)");
   coll_cmd->add_option("--warmup", flags->collectives.warmup, "untimed calls per size")
       ->capture_default_str();
-  coll_cmd->add_flag("--no-pin{false}", flags->collectives.pin_ranks,
+  coll_cmd->add_flag("--no-pin", flags->collective_no_pin,
                      "inproc: leave rank threads unbound (default: rank r runs on CPU r when the "
                      "ranks fit the CPUs, as mpirun binds processes to cores; DTRAIN_PIN_RANKS=1 "
                      "pins them anyway)");
@@ -418,6 +419,7 @@ Command add_bench_command(CLI::App& app) {
                        throw ConfigError(
                            fmt::format("--iters: {} is not >= 1", flags->collectives.iterations));
                      }
+                     flags->collectives.pin_ranks = !flags->collective_no_pin;
                      if (!flags->collective_segment.empty()) {
                        flags->collectives.segment_bytes = static_cast<std::size_t>(
                            parse_size(flags->collective_segment, "--segment"));

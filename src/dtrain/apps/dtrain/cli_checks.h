@@ -34,4 +34,14 @@ inline CLI::Validator at_least(std::int64_t min) {
       fmt::format(">={}", min));
 }
 
+// A path that is not empty: `--out ""` would otherwise quietly mean the default folder.
+inline CLI::Validator non_empty_path() {
+  return CLI::Validator(
+      [](const std::string& text) -> std::string {
+        return text.empty() ? "an empty path; give a folder or file name, or leave the option out"
+                            : "";
+      },
+      "PATH");
+}
+
 }  // namespace dtrain::apps

@@ -122,7 +122,8 @@ Command add_sweep_command(CLI::App& app) {
       ->type_name("KEY=V1,V2,...");
   sub->add_option("--epochs", flags->epochs, "shortcut for --set train.epochs=N")
       ->check(at_least(1));
-  sub->add_option("--out,-o", flags->out, "sweep folder (default runs/sweep-<config>-<time>)");
+  sub->add_option("--out,-o", flags->out, "sweep folder (default runs/sweep-<config>-<time>)")
+      ->check(non_empty_path());
   sub->add_flag("--json", flags->json, "print the rows as JSON instead of a table");
   return Command{sub, [flags] { return run_sweep_command(*flags); }};
 }

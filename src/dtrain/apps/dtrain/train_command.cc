@@ -170,14 +170,17 @@ Command add_train_command(CLI::App& app) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* sub = app.add_subcommand("train", kTrainHelp);
   sub->footer(kTrainFooter);
-  auto* config = sub->add_option("--config,-c", flags->config, "TOML config file to train from");
+  auto* config = sub->add_option("--config,-c", flags->config, "TOML config file to train from")
+                     ->check(non_empty_path());
   sub->add_option("--set,-s", flags->sets,
                   "override one config key, e.g. --set optim.lr=0.05 (repeatable)")
       ->type_name("KEY=VALUE");
   auto* out = sub->add_option("--out,-o", flags->out,
-                              "run folder to write (default runs/<config name>-<time>)");
+                              "run folder to write (default runs/<config name>-<time>)")
+                  ->check(non_empty_path());
   auto* resume = sub->add_option("--resume", flags->resume,
-                                 "continue the run in this folder from its latest checkpoint");
+                                 "continue the run in this folder from its latest checkpoint")
+                     ->check(non_empty_path());
   sub->add_option("--epochs", flags->epochs, "shortcut for --set train.epochs=N")
       ->check(at_least(1));
   sub->add_option("--threads", flags->threads, "shortcut for --set train.threads=N")

@@ -24,18 +24,19 @@ constexpr std::int64_t kSumChunk = 2048;
 #if !defined(__AVX__)
 // L2 (Adam): g = grad + wd * p. Decoupled (AdamW): p *= decay first, g = grad. Then the moments and
 // the bias-corrected step of adam.h. Elements [begin, n) one at a time, on CPUs without AVX.
-template <bool kDecoupled>
-void adam_scalar(float* __restrict p, const float* __restrict grad, float* __restrict m,
-                 float* __restrict v, std::int64_t begin, std::int64_t n, const AdamCoefficients& c,
-                 float wd, float decay) {
+// kSum2: the gradient is grad[i] + grad2[i] (two ranks' buffers read in place).
+template <bool kDecoupled, bool kSum2>
+void adam_scalar(float* __restrict p, const float* __restrict grad, const float* __restrict grad2,
+                 float* __restrict m, float* __restrict v, std::int64_t begin, std::int64_t n,
+                 const AdamCoefficients& c, float wd, float decay) {
   for (std::int64_t i = begin; i < n; ++i) {
     float pi = p[i];
-    float g;
+    float g = grad[i];
+    if constexpr (kSum2) g += grad2[i];
     if constexpr (kDecoupled) {
       pi *= decay;
-      g = grad[i];
     } else {
-      g = grad[i] + wd * pi;
+      g = g + wd * pi;
     }
     const float mi = c.beta1 * m[i] + c.one_minus_beta1 * g;
     const float vi = c.beta2 * v[i] + c.one_minus_beta2 * g * g;
@@ -84,11 +85,12 @@ struct Adam8 {
 // -fno-math-errno; the arithmetic is the scalar loop's, operation for operation. The last n % 8
 // elements go through the same vector code with masked loads and stores (masked-off lanes read
 // 0, whose update divides by eps > 0 and is not stored), so an element's bits do not depend on
-// where a range starts or ends.
-template <bool kDecoupled>
-void adam_range(float* __restrict p, const float* __restrict grad, float* __restrict m,
-                float* __restrict v, std::int64_t n, const AdamCoefficients& c, float wd,
-                float decay) {
+// where a range starts or ends. kSum2: the gradient is grad + grad2, formed in the loop (the same
+// bits as summing into a buffer first).
+template <bool kDecoupled, bool kSum2>
+void adam_range(float* __restrict p, const float* __restrict grad, const float* __restrict grad2,
+                float* __restrict m, float* __restrict v, std::int64_t n, const AdamCoefficients& c,
+                float wd, float decay) {
 #if defined(__AVX__)
   const Adam8<kDecoupled> op(c, wd, decay);
   std::int64_t i = 0;
@@ -96,7 +98,9 @@ void adam_range(float* __restrict p, const float* __restrict grad, float* __rest
     __m256 pi = _mm256_loadu_ps(p + i);
     __m256 mi = _mm256_loadu_ps(m + i);
     __m256 vi = _mm256_loadu_ps(v + i);
-    op.apply(pi, _mm256_loadu_ps(grad + i), mi, vi);
+    __m256 gi = _mm256_loadu_ps(grad + i);
+    if constexpr (kSum2) gi = _mm256_add_ps(gi, _mm256_loadu_ps(grad2 + i));
+    op.apply(pi, gi, mi, vi);
     _mm256_storeu_ps(m + i, mi);
     _mm256_storeu_ps(v + i, vi);
     _mm256_storeu_ps(p + i, pi);
@@ -109,13 +113,15 @@ void adam_range(float* __restrict p, const float* __restrict grad, float* __rest
     __m256 pi = _mm256_maskload_ps(p + i, mask);
     __m256 mi = _mm256_maskload_ps(m + i, mask);
     __m256 vi = _mm256_maskload_ps(v + i, mask);
-    op.apply(pi, _mm256_maskload_ps(grad + i, mask), mi, vi);
+    __m256 gi = _mm256_maskload_ps(grad + i, mask);
+    if constexpr (kSum2) gi = _mm256_add_ps(gi, _mm256_maskload_ps(grad2 + i, mask));
+    op.apply(pi, gi, mi, vi);
     _mm256_maskstore_ps(m + i, mask, mi);
     _mm256_maskstore_ps(v + i, mask, vi);
     _mm256_maskstore_ps(p + i, mask, pi);
   }
 #else
-  adam_scalar<kDecoupled>(p, grad, m, v, 0, n, c, wd, decay);
+  adam_scalar<kDecoupled, kSum2>(p, grad, grad2, m, v, 0, n, c, wd, decay);
 #endif
 }
 
@@ -150,12 +156,20 @@ AdamCoefficients Adam::coefficients(double lr) const {
   return c;
 }
 
-void Adam::update(float* p, const float* g, float* m, float* v, std::int64_t n,
+void Adam::update(float* p, const float* g, const float* g2, float* m, float* v, std::int64_t n,
                   const AdamCoefficients& c, bool weight_decay) const {
+  const float wd = weight_decay ? weight_decay_ : 0.0f;
+  const float decay = weight_decay ? c.decay : 1.0f;
   if (decoupled_) {
-    adam_range<true>(p, g, m, v, n, c, 0.0f, weight_decay ? c.decay : 1.0f);
+    if (g2 == nullptr) {
+      adam_range<true, false>(p, g, nullptr, m, v, n, c, 0.0f, decay);
+    } else {
+      adam_range<true, true>(p, g, g2, m, v, n, c, 0.0f, decay);
+    }
+  } else if (g2 == nullptr) {
+    adam_range<false, false>(p, g, nullptr, m, v, n, c, wd, 1.0f);
   } else {
-    adam_range<false>(p, g, m, v, n, c, weight_decay ? weight_decay_ : 0.0f, 1.0f);
+    adam_range<false, true>(p, g, g2, m, v, n, c, wd, 1.0f);
   }
 }
 
@@ -169,7 +183,7 @@ void Adam::step(float* params, const float* grads, double lr) {
     float* v = exp_avg_sq_.data() + range.state_offset;
     // Element-wise, so splitting a range over the compute threads gives the same bits.
     compute_pool().parallel_for(range.numel, kElementsPerTask, [&](std::int64_t b, std::int64_t e) {
-      update(p + b, g + b, m + b, v + b, e - b, c, range.weight_decay);
+      update(p + b, g + b, nullptr, m + b, v + b, e - b, c, range.weight_decay);
     });
   }
   count_step();
@@ -186,12 +200,13 @@ void Adam::step_range(float* params, std::span<const float* const> grads, double
     float* m = exp_avg_.data() + range.state_offset + first;
     float* v = exp_avg_sq_.data() + range.state_offset + first;
     compute_pool().parallel_for(count, kElementsPerTask, [&](std::int64_t b, std::int64_t e) {
-      if (grads.size() == 1) {
-        update(p + b, grads[0] + at + b, m + b, v + b, e - b, c, range.weight_decay);
+      if (grads.size() <= 2) {  // one pass: two ranks' gradients are summed in the loop
+        const float* g2 = grads.size() == 2 ? grads[1] + at + b : nullptr;
+        update(p + b, grads[0] + at + b, g2, m + b, v + b, e - b, c, range.weight_decay);
         return;
       }
-      // The summed gradient a chunk at a time, left to right as the buffers are given (the
-      // ring reduce-scatter's order, parallel::GradientSynchronizer), then the update.
+      // Three or more: the summed gradient a chunk at a time, left to right as the buffers are
+      // given (the ring reduce-scatter's order, parallel::GradientSynchronizer), then the update.
       std::array<float, kSumChunk> sums;
       for (std::int64_t lo = b; lo < e; lo += kSumChunk) {
         const std::int64_t n = std::min(kSumChunk, e - lo);
@@ -201,7 +216,7 @@ void Adam::step_range(float* params, std::span<const float* const> grads, double
           const float* g = grads[k] + at + lo;
           for (std::int64_t i = 0; i < n; ++i) sums[static_cast<std::size_t>(i)] += g[i];
         }
-        update(p + lo, sums.data(), m + lo, v + lo, n, c, range.weight_decay);
+        update(p + lo, sums.data(), nullptr, m + lo, v + lo, n, c, range.weight_decay);
       }
     });
   });

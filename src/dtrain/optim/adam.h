@@ -49,8 +49,9 @@ class Adam final : public Optimizer {
  private:
   // This step's scalars (t = steps() + 1); checks lr.
   AdamCoefficients coefficients(double lr) const;
-  // The rule over n elements of one range part, on the calling thread.
-  void update(float* p, const float* g, float* m, float* v, std::int64_t n,
+  // The rule over n elements of one range part, on the calling thread; the gradient is g, or
+  // g + g2 when g2 is not null.
+  void update(float* p, const float* g, const float* g2, float* m, float* v, std::int64_t n,
               const AdamCoefficients& c, bool weight_decay) const;
 
   bool decoupled_;

@@ -75,8 +75,9 @@ int run_sweep_command(const SweepFlags& flags) {
     throw ConfigError(
         "dtrain sweep needs at least one axis: --workers, --allreduce, --modes or --grid");
   }
+  // Each run creates its folder under `out` (and so `out`) once every point's config has been
+  // checked: a sweep refused up front leaves nothing behind.
   const std::string out = flags.out.empty() ? default_out_dir(flags.config, "sweep-") : flags.out;
-  fs::create_directories(out);
   const train::SweepResult result = train::run_sweep(
       base, axes, out, [&](const train::SweepRow& row, std::size_t index, std::size_t total) {
         std::string point;

@@ -23,13 +23,13 @@ constexpr std::int64_t kSumChunk = 2048;
 
 #if !defined(__AVX__)
 // L2 (Adam): g = grad + wd * p. Decoupled (AdamW): p *= decay first, g = grad. Then the moments and
-// the bias-corrected step of adam.h. Elements [begin, n) one at a time, on CPUs without AVX.
+// the bias-corrected step of adam.h. Elements one at a time, on CPUs without AVX.
 // kSum2: the gradient is grad[i] + grad2[i] (two ranks' buffers read in place).
 template <bool kDecoupled, bool kSum2>
 void adam_scalar(float* __restrict p, const float* __restrict grad, const float* __restrict grad2,
-                 float* __restrict m, float* __restrict v, std::int64_t begin, std::int64_t n,
+                 float* __restrict m, float* __restrict v, std::int64_t n,
                  const AdamCoefficients& c, float wd, float decay) {
-  for (std::int64_t i = begin; i < n; ++i) {
+  for (std::int64_t i = 0; i < n; ++i) {
     float pi = p[i];
     float g = grad[i];
     if constexpr (kSum2) g += grad2[i];
@@ -121,7 +121,7 @@ void adam_range(float* __restrict p, const float* __restrict grad, const float* 
     _mm256_maskstore_ps(p + i, mask, pi);
   }
 #else
-  adam_scalar<kDecoupled, kSum2>(p, grad, grad2, m, v, 0, n, c, wd, decay);
+  adam_scalar<kDecoupled, kSum2>(p, grad, grad2, m, v, n, c, wd, decay);
 #endif
 }
 

@@ -93,6 +93,12 @@ expect_error zero-workers 1 "--workers: 0 is below 1, the smallest accepted valu
 expect_error not-a-number 1 "--epochs: 'x' is not a whole number" -- train --config "$quick" --epochs x
 expect_error straggler-rank 2 "slows rank 5, but this run has 2 worker rank\(s\), 0 to 1" -- \
   train --config "$quick" --workers 2 --straggler rank=5,slowdown=2 --out "$TMP/r7"
+expect_error scaling-straggler 2 "slows rank 1, but this run has 1 worker rank" -- \
+  bench scaling --config "$quick" --workers 1,2 --set 'parallel.straggler="rank=1,slowdown=2"'
+expect_error sweep-straggler 2 "sweep point parallel.workers=2: .*slows rank 3" -- \
+  sweep --config "$quick" --workers 4,2 --straggler rank=3,slowdown=2 --out "$TMP/sw"
+expect_error nested-help-hint 1 "see .dtrain bench scaling --help." -- \
+  bench scaling --config "$quick" --bogus
 expect_error scaling-workers 2 "--workers 1,5000: each count must be in \[1, 1024\]" -- \
   bench scaling --config "$quick" --workers 1,5000
 expect_error collective-ranks 2 "ranks 100000 is not in \[1, 1024\]" -- \

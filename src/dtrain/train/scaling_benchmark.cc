@@ -18,6 +18,7 @@
 #include "dtrain/train/launch.h"
 #include "dtrain/train/run_data.h"
 #include "dtrain/train/statistics.h"
+#include "dtrain/train/straggler.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::train {
@@ -40,6 +41,7 @@ void check_scaling_benchmark(const Config& config, const ScalingBenchmarkOptions
           fmt::join(options.workers, ","), kMaxWorkers));
     }
   }
+  for (int w : options.workers) check_straggler_rank(config.parallel.straggler, w);
   if (options.rounds < 1 || options.steps < 1 || options.warmup_steps < 0) {
     throw ConfigError(fmt::format(
         "bench scaling: rounds and steps must be >= 1 and warmup >= 0 (got rounds {}, steps {}, "

@@ -90,6 +90,16 @@ StragglerSpec parse_straggler(const std::string& text) {
   return spec;
 }
 
+void check_straggler_rank(const std::string& text, std::int64_t ranks) {
+  const StragglerSpec spec = parse_straggler(text);
+  if (spec.kind == StragglerSpec::Kind::kSlowRank && spec.rank >= ranks) {
+    throw ConfigError(fmt::format(
+        "parallel.straggler = \"{}\" slows rank {}, but this run has {} worker rank(s), 0 to {}; "
+        "name one of them",
+        text, spec.rank, ranks, ranks - 1));
+  }
+}
+
 double straggler_delay_seconds(const StragglerSpec& spec, std::uint64_t seed, int rank,
                                std::int64_t step, double compute_seconds) {
   switch (spec.kind) {

@@ -34,6 +34,11 @@ struct StragglerSpec {
 // Parses the forms above; ConfigError naming the text and the accepted forms otherwise.
 StragglerSpec parse_straggler(const std::string& text);
 
+// ConfigError when `text` slows a rank that a run of `ranks` worker ranks does not have (it would
+// silently measure no straggler). Checked by the Trainer, and up front by dtrain sweep and bench
+// scaling for each worker count.
+void check_straggler_rank(const std::string& text, std::int64_t ranks);
+
 // The delay rank `rank` adds at global step `step` whose forward and backward took
 // `compute_seconds`; 0 for ranks the spec does not slow.
 double straggler_delay_seconds(const StragglerSpec& spec, std::uint64_t seed, int rank,

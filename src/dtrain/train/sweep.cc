@@ -7,8 +7,10 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/base/split.h"
+#include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/launch.h"
+#include "dtrain/train/straggler.h"
 
 namespace dtrain::train {
 namespace {
@@ -129,6 +131,10 @@ SweepResult run_sweep(
         }
       }
       validate(config);
+      // Before any run: a point whose straggler names a missing rank would otherwise fail only
+      // when its turn comes. Worker ranks: the threads of each process times the processes.
+      const std::int64_t processes = comm::launched_by_mpirun() ? comm::mpi_world_size() : 1;
+      check_straggler_rank(config.parallel.straggler, config.parallel.workers * processes);
     } catch (const ConfigError& e) {
       throw ConfigError(fmt::format("sweep point {}: {}", point_name(axes, point), e.what()));
     }

@@ -189,12 +189,7 @@ Trainer::Trainer(Config config, TrainerOptions options)
   }
   schedule_ = std::make_unique<optim::LrSchedule>(schedule_config(config_, steps_per_epoch_));
   straggler_ = parse_straggler(config_.parallel.straggler);
-  if (straggler_.kind == StragglerSpec::Kind::kSlowRank && straggler_.rank >= world_) {
-    throw ConfigError(fmt::format(
-        "parallel.straggler = \"{}\" slows rank {}, but this run has {} worker rank(s), 0 to {}; "
-        "name one of them",
-        config_.parallel.straggler, straggler_.rank, world_, world_ - 1));
-  }
+  check_straggler_rank(config_.parallel.straggler, world_);
 }
 
 Trainer::~Trainer() = default;

@@ -38,6 +38,22 @@ const CLI::App* innermost(const CLI::App& app) {
   return at;
 }
 
+// The names from `dtrain` down to `at`: {"bench", "scaling"}.
+std::vector<std::string> command_chain(const CLI::App& app, const CLI::App* at) {
+  std::vector<std::string> chain;
+  for (const CLI::App* a = at; a != &app; a = a->get_parent()) {
+    chain.insert(chain.begin(), a->get_name());
+  }
+  return chain;
+}
+
+// "dtrain", "dtrain bench scaling": the command line that reaches `at`.
+std::string command_path(const CLI::App& app, const CLI::App* at) {
+  std::string path = app.get_name();
+  for (const auto& name : command_chain(app, at)) path += " " + name;
+  return path;
+}
+
 // For a command that needs a subcommand and got none: names the word the user gave instead (if
 // any) and the accepted ones. CLI11 says only "A subcommand is required". Empty otherwise.
 std::string missing_subcommand_message(const CLI::App& app, int argc, char** argv) {
@@ -49,12 +65,8 @@ std::string missing_subcommand_message(const CLI::App& app, int argc, char** arg
     if (sub->parsed()) return {};
     names += fmt::format("{}{}", names.empty() ? "" : ", ", sub->get_name());
   }
-  // The command's path: "dtrain", "dtrain bench".
-  std::string path = app.get_name();
-  std::vector<std::string> chain;
-  for (const CLI::App* a = at; a != &app; a = a->get_parent())
-    chain.insert(chain.begin(), a->get_name());
-  for (const auto& name : chain) path += " " + name;
+  const std::string path = command_path(app, at);
+  const std::vector<std::string> chain = command_chain(app, at);
   // The first word after the chain that is not an option.
   std::size_t matched = 0;
   for (int i = 1; i < argc; ++i) {
@@ -90,11 +102,8 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "error: {}\n", message);
       return 1;
     }
-    std::string hint = "dtrain --help";
-    for (const auto& command : commands) {
-      if (command.app->parsed()) hint = fmt::format("dtrain {} --help", command.app->get_name());
-    }
-    fmt::print(stderr, "error: {}; see `{}`\n", one_line(e.what()), hint);
+    fmt::print(stderr, "error: {}; see `{} --help`\n", one_line(e.what()),
+               command_path(app, innermost(app)));
     return 1;
   }
   try {

@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "dtrain/base/error.h"
+#include "dtrain/comm/transport/mpi/world.h"
 
 namespace {
 
@@ -98,6 +99,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    // Under mpirun every process parses the same command line: one copy of a usage error is
+    // enough (the others exit with the same code, and mpirun ends the job).
+    if (dtrain::comm::launcher_rank() != 0) return 1;
     if (const std::string message = missing_subcommand_message(app, argc, argv); !message.empty()) {
       fmt::print(stderr, "error: {}\n", message);
       return 1;

@@ -58,6 +58,13 @@ bool launched_by_mpirun() {
   return false;
 }
 
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (const char* value = std::getenv(name); value != nullptr) return std::atoi(value);
+  }
+  return 0;
+}
+
 std::shared_ptr<Transport> mpi_world_transport() {
   ensure_initialised();
   return MpiTransport::create(MPI_COMM_WORLD);

@@ -18,6 +18,10 @@ namespace dtrain::comm {
 // PMI/PMIx launcher such as Slurm's srun (PMI_SIZE, PMIX_RANK). Reads the environment only.
 bool launched_by_mpirun();
 
+// This process's rank in the job from the launcher's environment (OMPI_COMM_WORLD_RANK, PMIX_RANK,
+// PMI_RANK), without initialising MPI; 0 when not launched or not given.
+int launcher_rank();
+
 // A new transport over every process of the job, rank = MPI_COMM_WORLD rank. Initialises MPI on
 // first use; throws CommError when MPI cannot be initialised, when it lacks MPI_THREAD_MULTIPLE,
 // or after mpi_finalize(). Collective: every process must call it, in the same order relative to

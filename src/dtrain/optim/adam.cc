@@ -1,7 +1,6 @@
 #include "dtrain/optim/adam.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <utility>
 
@@ -18,8 +17,6 @@ namespace {
 
 // Below this many elements a range is updated on the calling thread (waking a thread costs more).
 constexpr std::int64_t kElementsPerTask = 32768;
-// Gradient sums of step_range are formed this many elements at a time, on the stack.
-constexpr std::int64_t kSumChunk = 2048;
 
 #if !defined(__AVX__)
 // L2 (Adam): g = grad + wd * p. Decoupled (AdamW): p *= decay first, g = grad. Then the moments and
@@ -205,19 +202,10 @@ void Adam::step_range(float* params, std::span<const float* const> grads, double
         update(p + b, grads[0] + at + b, g2, m + b, v + b, e - b, c, range.weight_decay);
         return;
       }
-      // Three or more: the summed gradient a chunk at a time, left to right as the buffers are
-      // given (the ring reduce-scatter's order, parallel::GradientSynchronizer), then the update.
-      std::array<float, kSumChunk> sums;
-      for (std::int64_t lo = b; lo < e; lo += kSumChunk) {
-        const std::int64_t n = std::min(kSumChunk, e - lo);
-        const float* first_grads = grads[0] + at + lo;
-        std::copy(first_grads, first_grads + n, sums.begin());
-        for (std::size_t k = 1; k < grads.size(); ++k) {
-          const float* g = grads[k] + at + lo;
-          for (std::int64_t i = 0; i < n; ++i) sums[static_cast<std::size_t>(i)] += g[i];
-        }
-        update(p + lo, sums.data(), nullptr, m + lo, v + lo, n, c, range.weight_decay);
-      }
+      for_each_summed_chunk(
+          grads, at, b, e, [&](std::int64_t lo, const float* sums, std::int64_t n) {
+            update(p + lo, sums, nullptr, m + lo, v + lo, n, c, range.weight_decay);
+          });
     });
   });
 }

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -134,6 +135,24 @@ class Optimizer {
       const std::int64_t lo = std::max(begin, range.param_offset);
       const std::int64_t hi = std::min(end, range.param_offset + range.numel);
       if (lo < hi) fn(range, lo - range.param_offset, hi - lo);
+    }
+  }
+  // step_range with three or more gradient buffers: sums the elements [at + b, at + e) of every
+  // buffer, left to right as given (the ring reduce-scatter's order), kSumChunk at a time on the
+  // stack, calling fn(offset, sums, n) for each chunk [offset, offset + n) of [b, e).
+  static constexpr std::int64_t kSumChunk = 2048;
+  template <typename Fn>
+  static void for_each_summed_chunk(std::span<const float* const> grads, std::int64_t at,
+                                    std::int64_t b, std::int64_t e, Fn&& fn) {
+    std::array<float, kSumChunk> sums;
+    for (std::int64_t lo = b; lo < e; lo += kSumChunk) {
+      const std::int64_t n = std::min(kSumChunk, e - lo);
+      std::copy(grads[0] + at + lo, grads[0] + at + lo + n, sums.begin());
+      for (std::size_t k = 1; k < grads.size(); ++k) {
+        const float* g = grads[k] + at + lo;
+        for (std::int64_t i = 0; i < n; ++i) sums[static_cast<std::size_t>(i)] += g[i];
+      }
+      fn(lo, sums.data(), n);
     }
   }
 

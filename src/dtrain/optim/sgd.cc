@@ -1,7 +1,6 @@
 #include "dtrain/optim/sgd.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <utility>
 
@@ -114,20 +113,13 @@ void Sgd::step_range(float* params, std::span<const float* const> grads, double 
       });
       return;
     }
-    // Other counts: over the compute threads, each summing a chunk at a time (left to right)
-    // on its stack, then the usual update of that chunk.
+    // Other counts: over the compute threads, each summing a chunk at a time on its stack, then
+    // the usual update of that chunk.
     compute_pool().parallel_for(count, kElementsPerTask, [&](std::int64_t b, std::int64_t e) {
-      constexpr std::int64_t kChunk = 2048;
-      std::array<float, kChunk> sums;
-      for (std::int64_t lo = b; lo < e; lo += kChunk) {
-        const std::int64_t n = std::min(kChunk, e - lo);
-        std::copy(grads[0] + at + lo, grads[0] + at + lo + n, sums.begin());
-        for (std::size_t k = 1; k < grads.size(); ++k) {
-          const float* g = grads[k] + at + lo;
-          for (std::int64_t i = 0; i < n; ++i) sums[static_cast<std::size_t>(i)] += g[i];
-        }
-        update_serial(p + lo, sums.data(), v == nullptr ? nullptr : v + lo, n, lr_f, wd);
-      }
+      for_each_summed_chunk(
+          grads, at, b, e, [&](std::int64_t lo, const float* sums, std::int64_t n) {
+            update_serial(p + lo, sums, v == nullptr ? nullptr : v + lo, n, lr_f, wd);
+          });
     });
   });
 }

@@ -1,6 +1,6 @@
 // parallel.fused_update: "auto" fuses the gradient sums into the update where every condition
 // holds and names the first that does not; "true" where one fails is a ConfigError naming it.
-#include "dtrain/train/fused_update_policy.h"
+#include "dtrain/train/strategies/data_parallel/fused_update_policy.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

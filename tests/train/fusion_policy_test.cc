@@ -1,6 +1,6 @@
 // parallel.fusion_bytes = "auto" buckets for overlap when overlapping and fuses everything into
 // one bucket when not; a byte count is obeyed.
-#include "dtrain/train/fusion_policy.h"
+#include "dtrain/train/strategies/data_parallel/fusion_policy.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // parallel.overlap's resolution: "auto" overlaps only when every rank's compute threads and its
 // communication thread fit on the process's CPUs and on the host's; "true" and "false" force it.
-#include "dtrain/train/overlap_policy.h"
+#include "dtrain/train/strategies/data_parallel/overlap_policy.h"
 
 #include <gtest/gtest.h>
 

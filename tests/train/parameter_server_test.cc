@@ -14,7 +14,7 @@
 #include "dtrain/base/thread_pool.h"
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/train/launch.h"
-#include "dtrain/train/ps_run.h"
+#include "dtrain/train/strategies/parameter_server/ps_run.h"
 #include "dtrain/train/trainer.h"
 #include "parallel_training_fixture.h"
 

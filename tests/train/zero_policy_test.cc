@@ -1,6 +1,6 @@
 // parallel.zero_stage = "auto" shards the optimizer where sharding applies and says why not
 // elsewhere; "0" and "1" are obeyed.
-#include "dtrain/train/zero_policy.h"
+#include "dtrain/train/strategies/data_parallel/zero_policy.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -16,12 +16,14 @@
 #include "dtrain/base/error.h"
 #include "dtrain/comm/algorithms/algorithms.h"
 #include "dtrain/train/straggler.h"
+#include "dtrain/train/strategy_registry.h"
 
 namespace dtrain::train {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-const char* const kSections[] = {"model", "data", "train", "optim", "schedule", "parallel"};
+const char* const kSections[] = {"model",    "data",     "train",    "optim",
+                                 "schedule", "parallel", "local_sgd"};
 
 using Target = std::variant<std::string*, std::int64_t*, double*, bool*, std::vector<std::int64_t>*,
                             std::vector<double>*>;
@@ -51,6 +53,19 @@ Field int_at_least(const char* section, const char* key, std::int64_t* target, c
   return Field{section, key, target, help, min};
 }
 
+// parallel.strategy's help: every strategy of the registry with its one-line summary.
+const char* strategy_key_help() {
+  static const std::string help = [] {
+    std::string text = "how workers share the model (";
+    for (const StrategyInfo& info : strategy_registry()) {
+      text += fmt::format("{}: {}; ", info.name, info.summary);
+    }
+    text.resize(text.size() - 2);
+    return text + ")";
+  }();
+  return help.c_str();
+}
+
 // The key table. Ranges are the ones every part below accepts; the optimizer, schedule and model
 // builders check again, but catching a bad value here names the config key and the file.
 std::vector<Field> fields(Config& c) {
@@ -60,6 +75,9 @@ std::vector<Field> fields(Config& c) {
   auto& o = c.optim;
   auto& s = c.schedule;
   auto& p = c.parallel;
+  auto& l = c.local_sgd;
+  std::vector<std::string> strategies;
+  for (const StrategyInfo& info : strategy_registry()) strategies.emplace_back(info.name);
   std::vector<std::string> algorithms;
   for (const auto& algorithm : comm::allreduce_algorithms()) {
     algorithms.emplace_back(algorithm.name);
@@ -224,13 +242,12 @@ std::vector<Field> fields(Config& c) {
       {"parallel",
        "strategy",
        &p.strategy,
-       "how workers share the model (allreduce: synchronous data parallelism; ps: parameter "
-       "servers, docs/PS.md; hogwild: lock-free threads, docs/HOGWILD.md)",
+       strategy_key_help(),
        -kInf,
        kInf,
        false,
        false,
-       {"allreduce", "ps", "hogwild"}},
+       strategies},
       {"parallel", "workers", &p.workers,
        "data-parallel ranks as threads of each process (x processes under mpirun)", 1, kMaxWorkers},
       {"parallel", "allreduce", &p.allreduce, "gradient allreduce algorithm", -kInf, kInf, false,
@@ -314,6 +331,16 @@ std::vector<Field> fields(Config& c) {
       int_at_least("parallel", "backup_workers", &p.backup_workers,
                    "strategy ps, consistency bsp: each step uses the first workers - b gradients "
                    "(Chen et al.)",
+                   0),
+
+      int_at_least("local_sgd", "period", &l.period,
+                   "strategy local_sgd: H, the local steps each rank takes between parameter "
+                   "averages (1 = synchronous data parallelism; the epoch's last step always "
+                   "averages)",
+                   1),
+      int_at_least("local_sgd", "synchronous_steps", &l.synchronous_steps,
+                   "strategy local_sgd: the run's first steps average after every step before "
+                   "local steps begin (PyTorch PostLocalSGD's start_localSGD_iter)",
                    0),
   };
 }
@@ -719,11 +746,13 @@ void validate_impl(const Config& config, const Origins& origins,
         "and ssp pull every step (their guarantees are about what a step computes on)",
         par.pull_every, where("parallel.pull_every")));
   }
-  if (par.strategy == "ps" && par.sync_batch_norm) {
+  if ((par.strategy == "ps" || par.strategy == "local_sgd") && par.sync_batch_norm) {
     throw ConfigError(fmt::format(
-        "config key 'parallel.sync_batch_norm' = true ({}) is for allreduce training; parameter "
-        "servers keep batch-norm statistics per worker",
-        where("parallel.sync_batch_norm")));
+        "config key 'parallel.sync_batch_norm' = true ({}) is for allreduce training; "
+        "parallel.strategy = \"{}\" keeps batch-norm statistics per rank ({})",
+        where("parallel.sync_batch_norm"), par.strategy,
+        par.strategy == "ps" ? "parameter servers hold only the trained parameters"
+                             : "local SGD averages them with the parameters"));
   }
   if (par.strategy == "ps" && config.optim.name == "lars") {
     throw ConfigError(fmt::format(
@@ -835,6 +864,12 @@ std::vector<std::string> ignored_settings(const Config& config) {
     }
     if (p.servers != defaults.servers) note("servers", std::to_string(p.servers));
     if (p.colocate_servers != defaults.colocate_servers) note("colocate_servers", "true");
+  }
+  const LocalSgdSection local_defaults;
+  if (p.strategy != "local_sgd" && config.local_sgd != local_defaults) {
+    ignored.push_back(fmt::format(
+        "[local_sgd] keys are ignored: they apply to parallel.strategy = \"local_sgd\", not \"{}\"",
+        p.strategy));
   }
   return ignored;
 }

@@ -108,7 +108,8 @@ struct ScheduleSection {
 // [parallel]: synchronous data parallelism (docs/PARALLEL.md). train.batch_size is the global
 // batch: each step's batch is split over all ranks (threads x processes).
 struct ParallelSection {
-  std::string strategy = "allreduce";  // allreduce | ps (docs/PS.md) | hogwild (docs/HOGWILD.md)
+  std::string strategy = "allreduce";  // a name of strategy_registry.h: allreduce | ps | hogwild |
+                                       // local_sgd
   std::int64_t workers = 1;            // ranks as threads of each process
   std::string allreduce = "ring";      // a comm allreduce algorithm
   std::string fusion_bytes = "auto";  // gradient bucket bytes, 0 = one per tensor (fusion_policy.h)
@@ -132,6 +133,14 @@ struct ParallelSection {
   bool operator==(const ParallelSection&) const = default;
 };
 
+// [local_sgd]: parallel.strategy = "local_sgd" (strategies/local_sgd/local_sgd.h): each rank
+// takes `period` steps on its own replica, then the replicas average their parameters.
+struct LocalSgdSection {
+  std::int64_t period = 4;             // H: local steps between averages (1 = synchronous SGD)
+  std::int64_t synchronous_steps = 0;  // steps averaged every step first (PostLocalSGD's warm-up)
+  bool operator==(const LocalSgdSection&) const = default;
+};
+
 struct Config {
   ModelSection model;
   DataSection data;
@@ -139,6 +148,7 @@ struct Config {
   OptimSection optim;
   ScheduleSection schedule;
   ParallelSection parallel;
+  LocalSgdSection local_sgd;
   bool operator==(const Config&) const = default;
 };
 

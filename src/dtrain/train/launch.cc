@@ -15,8 +15,7 @@
 #include "dtrain/comm/spawn_process_ranks.h"
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/comm/transport/mpi/world.h"
-#include "dtrain/train/hogwild_run.h"
-#include "dtrain/train/ps_run.h"
+#include "dtrain/train/strategy_registry.h"
 
 namespace dtrain::train {
 // Rank threads with one compute thread each are bound to distinct CPUs when they fit (rank r on
@@ -24,11 +23,13 @@ namespace dtrain::train {
 // 2-CPU machine on one core for a whole run (measured: 3 of 6 unpinned 2-worker runs at 92-106k
 // samples/s with both rank threads on CPU 0, against 7 of 8 pinned runs at 130-131k;
 // docs/PARALLEL.md). Not pinned: ranks with a compute pool (its threads would inherit the one
-// CPU), more ranks than CPUs, parameter-server runs (colocated servers are extra threads of
-// workers). DTRAIN_PIN_RANKS, when set, decides instead (1: pin, 0: never).
+// CPU), more ranks than CPUs, strategies whose ranks run threads of their own (colocated parameter
+// servers: StrategyInfo::pin_ranks). DTRAIN_PIN_RANKS, when set, decides instead (1: pin, 0:
+// never).
 comm::RankPinning rank_pinning(const Config& config) {
   if (env::get("DTRAIN_PIN_RANKS").has_value()) return comm::RankPinning::kFromEnvironment;
-  const bool alone = config.parallel.strategy == "allreduce" && config.train.threads == 1;
+  const bool alone =
+      find_strategy(config.parallel.strategy).pin_ranks && config.train.threads == 1;
   return alone ? comm::RankPinning::kWhenRanksFit : comm::RankPinning::kNever;
 }
 
@@ -49,16 +50,17 @@ comm::CommOptions comm_options(const Config& config) {
 namespace {
 
 // One rank's run, on its own thread: its log prefix, its own compute pool of train.threads
-// threads, the shared data; rank 0's summary is kept. Parameter-server runs give each rank its
-// role (ps_run.h).
+// threads, the shared data; rank 0's summary is kept. A strategy with roles (parameter servers)
+// runs its own part of the rank (StrategyInfo::run_rank).
 void train_rank(comm::Communicator& comm, const Config& config, const TrainerOptions& options,
                 const std::shared_ptr<const RunData>& data, RunSummary& summary,
                 std::mutex& summary_mutex) {
   log::set_rank(comm.rank(), comm.size());
   ScopedComputePool pool(static_cast<int>(config.train.threads));
   std::optional<RunSummary> mine;
-  if (config.parallel.strategy == "ps") {
-    mine = run_ps_rank(comm, config, options, data);
+  const StrategyInfo& strategy = find_strategy(config.parallel.strategy);
+  if (strategy.run_rank) {
+    mine = strategy.run_rank(comm, config, options, data);
   } else {
     TrainerOptions rank_options = options;
     rank_options.comm = &comm;
@@ -103,11 +105,12 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
   if (!comm::launched_by_mpirun() || comm::mpi_world_rank() == 0) {
     for (const std::string& ignored : ignored_settings(config)) log::warn("{}", ignored);
   }
-  if (config.parallel.strategy == "hogwild") return run_hogwild(config, options);
+  const StrategyInfo& strategy = find_strategy(config.parallel.strategy);
+  if (strategy.run_whole) return strategy.run_whole(config, options);
   if (comm::launched_by_mpirun()) return run_under_mpi(config, options);
-  const bool ps = config.parallel.strategy == "ps";
-  const int workers = ps ? ps_thread_ranks(config) : static_cast<int>(config.parallel.workers);
-  if (workers == 1 && !ps) {
+  const int workers = strategy.thread_ranks ? strategy.thread_ranks(config)
+                                            : static_cast<int>(config.parallel.workers);
+  if (workers == 1 && !strategy.run_rank) {
     Trainer trainer(config, options);
     return trainer.run();
   }

@@ -1,20 +1,21 @@
-// Starts a training run on the ranks its config asks for: one Trainer per rank.
+// Starts a training run on the ranks its config asks for; the strategy's registry entry
+// (strategy_registry.h) says what a rank runs.
 //
-//   parallel.strategy = "hogwild"          lock-free threads on one parameter vector
-//   (hogwild_run.h) parallel.strategy = "ps"               workers and parameter servers
-//   (ps_run.h): as threads
-//                                          parallel.workers + parallel.servers ranks; under mpirun
-//                                          the job's last parallel.servers ranks serve
-//   started by mpirun / srun                W = parallel.workers ranks per process (mpi transport
-//                                           for W = 1, hybrid threads x processes otherwise); a
-//                                           failure prints its error and MPI_Aborts the job
-//   parallel.workers = 1, no MPI launcher   one Trainer on this thread (no communicator)
-//   parallel.workers = W > 1                W ranks as threads of this process (inproc transport),
-//                                           each with its own compute pool of train.threads threads
-//                                           and one shared copy of the data
+// clang-format off
+//   a strategy with run_whole (hogwild)    that function, on this process's threads
+//   started by mpirun / srun               W = parallel.workers ranks per process (mpi transport
+//                                          for W = 1, hybrid threads x processes otherwise); a
+//                                          failure prints its error and MPI_Aborts the job
+//   one rank, no MPI launcher              one Trainer on this thread (no communicator)
+//   otherwise                              the strategy's thread_ranks (parallel.workers, or for
+//                                          ps workers + servers) as threads of this process
+//                                          (inproc transport), each with its own compute pool of
+//                                          train.threads threads and one shared copy of the data
+// clang-format on
 //
-// Every rank's log lines carry "[rank r/P]"; the first rank to fail makes the others fail promptly
-// (comm::spawn_ranks), and the error names the rank.
+// Each rank runs one Trainer with the strategy's `make`, or the strategy's own run_rank (ps: a
+// rank serves or works, ps_run.h). Every rank's log lines carry "[rank r/P]"; the first rank to
+// fail makes the others fail promptly (comm::spawn_ranks), and the error names the rank.
 #pragma once
 
 #include "dtrain/comm/communicator.h"

@@ -14,7 +14,7 @@
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/data/dataset.h"
 #include "dtrain/data/shuffled_sampler.h"
-#include "dtrain/train/hogwild_engine.h"
+#include "dtrain/train/strategies/hogwild/hogwild_engine.h"
 #include "dtrain/train/launch.h"
 #include "dtrain/train/run_data.h"
 #include "dtrain/train/statistics.h"

@@ -15,13 +15,12 @@
 #include "dtrain/base/timer.h"
 #include "dtrain/data/shuffled_sampler.h"
 #include "dtrain/nn/loss.h"
-#include "dtrain/parallel/optimizer_shards.h"
 #include "dtrain/parallel/rank_agreement.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/checkpoint_dir.h"
 #include "dtrain/train/progress.h"
-#include "dtrain/train/ps_run.h"
 #include "dtrain/train/statistics.h"
+#include "dtrain/train/strategy_registry.h"
 
 namespace dtrain::train {
 namespace {
@@ -124,286 +123,37 @@ Trainer::Trainer(Config config, TrainerOptions options)
     parallel::check_same_on_all_ranks(comm, parallel::parameter_layout(model_->store()),
                                       "the model's parameter layout");
   }
-  if (options_.ps != nullptr) {
-    if (options_.comm == nullptr) {
-      throw InternalError("parameter-server training needs the workers' communicator");
-    }
-    start_parameter_servers();
-  } else if (options_.comm != nullptr) {
-    comm::Communicator& comm = *options_.comm;
-    parallel::broadcast_parameters(comm, model_->store());
-    parallel::DataParallelOptions dp;
-    dp.algorithm = config_.parallel.allreduce;
-    overlap_ = decide_overlap(config_.parallel.overlap,
-                              overlap_inputs(static_cast<int>(config_.parallel.workers),
-                                             static_cast<int>(config_.train.threads)));
-    dp.overlap = overlap_.overlap;
-    fusion_ = decide_fusion_bytes(config_.parallel.fusion_bytes, overlap_.overlap,
-                                  model_->store().num_params() * 4);
-    dp.fusion_bytes = fusion_.bytes;
-    dp.check_headers = config_.parallel.check_headers;
-    zero_ = decide_zero_stage(config_.parallel.zero_stage, comm.size(), config_.optim.name,
-                              config_.parallel.allreduce);
-    dp.shard_optimizer = zero_.shard;
-    fused_ = decide_fused_update(
-        config_.parallel.fused_update,
-        FusedUpdateInputs{zero_.shard, overlap_.overlap, comm.shares_memory(), config_.optim.name});
-    dp.fused_update = fused_.fused;
-    dp.stall_warning = std::chrono::milliseconds(
-        static_cast<std::int64_t>(config_.parallel.stall_warning_seconds * 1000.0));
-    sync_ = std::make_unique<parallel::GradientSynchronizer>(comm, *model_, dp);
-    if (config_.parallel.sync_batch_norm) bn_reducer_ = parallel::sync_batch_norm(*model_, comm);
-  }
-  // The optimizer updates every parameter, or with ZeRO-1 this rank's shard only.
-  std::vector<optim::Segment> segments;
-  if (sharded()) {
-    segments = sync_->shard_segments();
+  local_ = std::make_unique<LocalGradients>(config_, *model_, rank_, world_, trace_);
+  const StrategyContext context{config_, *model_, options_.comm, rank_, world_, trace_, *local_};
+  if (options_.make_strategy) {
+    strategy_ = options_.make_strategy(context);
   } else {
-    for (const auto& entry : model_->store().param_entries()) {
-      segments.push_back({entry.name, entry.offset, entry.numel, entry.weight_decay});
+    const StrategyInfo& info = find_strategy(config_.parallel.strategy);
+    if (!info.make) {
+      throw InternalError(fmt::format(
+          "parallel.strategy = \"{}\" does not run one Trainer per rank; start it with "
+          "run_training (launch.h)",
+          info.name));
     }
+    strategy_ = info.make(context);
   }
-  optimizer_ = optim::make_optimizer(optimizer_config(config_.optim), std::move(segments));
-  // Steps per epoch: full batches, plus the last partial one when every rank gets at least one
-  // sample of each micro-batch (data parallelism skips a smaller remainder on all ranks alike).
-  const std::int64_t batch = config_.train.batch_size;
-  const std::int64_t n = data_->train.size();
-  const std::int64_t smallest = world_ * config_.train.accumulate_steps;
-  if (batch < smallest) {
-    throw ConfigError(fmt::format(
-        "train.batch_size = {} is smaller than ranks x train.accumulate_steps = {} x {}: every "
-        "rank needs at least one sample per micro-batch; raise train.batch_size",
-        batch, world_, config_.train.accumulate_steps));
-  }
-  steps_per_epoch_ = n / batch + (n % batch >= smallest ? 1 : 0);
-  if (ticketed()) {
-    // Tickets: about tickets / workers steps each (a progress bar's and a schedule's epoch).
-    const std::int64_t tickets = ps_tickets_per_epoch(config_, world_, n);
-    steps_per_epoch_ = (tickets + world_ - 1) / world_;
-  }
-  if (steps_per_epoch_ == 0) {
-    throw DataError(fmt::format(
-        "the training set has {} samples, fewer than ranks x train.accumulate_steps = {}: nothing "
-        "to train on",
-        n, smallest));
-  }
-  schedule_ = std::make_unique<optim::LrSchedule>(schedule_config(config_, steps_per_epoch_));
-  straggler_ = parse_straggler(config_.parallel.straggler);
+  optimizer_ =
+      optim::make_optimizer(optimizer_config(config_.optim), strategy_->optimizer_segments());
+  plan_ = strategy_->share_plan(data_->train.size());
+  schedule_ =
+      std::make_unique<optim::LrSchedule>(schedule_config(config_, plan_->steps_per_epoch()));
   check_straggler_rank(config_.parallel.straggler, world_);
 }
 
 Trainer::~Trainer() = default;
 
-std::int64_t ps_local_batch(const Config& config, std::int64_t workers) {
-  return std::max<std::int64_t>(1, config.train.batch_size / workers);
-}
-
-std::int64_t ps_tickets_per_epoch(const Config& config, std::int64_t workers,
-                                  std::int64_t train_samples) {
-  const std::int64_t local = ps_local_batch(config, workers);
-  return (train_samples + local - 1) / local;
-}
-
-bool Trainer::sharded() const { return sync_ != nullptr && sync_->options().shard_optimizer; }
-
-bool Trainer::fused() const { return sync_ != nullptr && sync_->options().fused_update; }
-
-std::vector<optim::StateTensor> Trainer::full_optimizer_state() {
-  std::vector<optim::StateTensor> state = optimizer_->state();
-  if (!sharded()) return state;
-  // Each rank holds its shard's state; the sum of the zero-filled expansions is the whole (every
-  // element is non-zero on one rank at most), the same layout as an unsharded run's.
-  for (optim::StateTensor& tensor : state) {
-    tensor.values =
-        parallel::expand_state(optimizer_->segments(), tensor.values, model_->store().num_params());
-    options_.comm->allreduce(tensor.values.data(), static_cast<std::int64_t>(tensor.values.size()),
-                             DType::kF32, comm::ReduceOp::kSum);
-  }
-  return state;
-}
-
-bool Trainer::ticketed() const {
-  return options_.ps != nullptr && config_.parallel.consistency != "bsp";
-}
-
-void Trainer::start_parameter_servers() {
-  nn::ParamStore& store = model_->store();
-  const ps::KeyRange all{0, store.num_params()};
-  if (options_.ps->layout().total() != all.end) {
-    throw InternalError(fmt::format("parameter servers hold {} keys, the model has {} parameters",
-                                    options_.ps->layout().total(), all.end));
-  }
-  if (rank_ == 0) options_.ps->put(all, store.params());
-  options_.comm->barrier();
-  options_.ps->pull(all, store.params(), 0);
-}
-
-void Trainer::exchange_with_servers(std::int64_t step, std::int64_t local,
-                                    std::int64_t global_count) {
-  using Clock = TraceRecorder::Clock;
-  nn::ParamStore& store = model_->store();
-  const auto& p = config_.parallel;
-  const bool pull = p.consistency != "async" || (step + 1) % p.pull_every == 0;
-  const auto start = Clock::now();
-  const ps::PushResult result = options_.ps->push({0, store.num_params()}, store.grads(),
-                                                  {step, local, global_count, schedule_->lr(step)},
-                                                  pull ? store.params() : nullptr);
-  const auto end = Clock::now();
-  if (result.dropped) ++dropped_steps_;
-  last_step_.waiting = std::chrono::duration<double>(end - start).count();
-  last_step_.comm = last_step_.waiting;
-  if (trace_.enabled()) {
-    trace_.add(pull ? "push and pull" : "push", "comm", TraceRecorder::kComputeThread, start, end,
-               fmt::format(R"({{"step":{},"dropped":{}}})", step, result.dropped));
-  }
-}
-
-float Trainer::compute_loss(const tensor::Tensor& logits, std::span<const std::int32_t> labels,
-                            tensor::Tensor* dlogits) {
-  if (config_.train.loss == "cross_entropy") {
-    return nn::softmax_cross_entropy(logits, labels, dlogits);
-  }
-  // mse against one-hot targets: (B, C) with a 1 at each label.
-  one_hot_.ensure_shape(logits.shape());
-  one_hot_.zero();
-  const std::int64_t classes = logits.dim(1);
-  for (std::size_t b = 0; b < labels.size(); ++b) {
-    one_hot_.data()[static_cast<std::int64_t>(b) * classes + labels[b]] = 1.0f;
-  }
-  return nn::mse_loss(logits, one_hot_, dlogits);
-}
-
 float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t> labels,
                           std::int64_t step, std::int64_t* correct, std::int64_t global_count) {
-  using Clock = TraceRecorder::Clock;
-  const auto step_start = Clock::now();
-  const auto local = static_cast<std::int64_t>(labels.size());
-  if (global_count == 0) global_count = local * world_;
-  const std::int64_t micro_batches = std::min(config_.train.accumulate_steps, local);
-  nn::ParamStore& store = model_->store();
-  if (sync_) sync_->begin_step();
-  double loss_sum = 0.0;
-  std::int64_t correct_sum = 0;
-  for (std::int64_t m = 0; m < micro_batches; ++m) {
-    const std::int64_t begin = local * m / micro_batches;
-    const std::int64_t end = local * (m + 1) / micro_batches;
-    const bool whole = begin == 0 && end == x.dim(0);
-    const tensor::Tensor micro = whole ? tensor::Tensor() : x.slice(begin, end);
-    const tensor::Tensor& input = whole ? x : micro;
-    const auto micro_labels =
-        labels.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(end - begin));
-    // Dropout streams: one per (step, micro-batch, rank); with one rank and no accumulation this
-    // is `step`, as in a single-worker run.
-    const auto stream = static_cast<std::uint64_t>((step * micro_batches + m) * world_ + rank_);
-    const auto forward_start = Clock::now();
-    const tensor::Tensor& logits = model_->forward(
-        input, nn::ForwardContext{nn::Mode::kTrain, static_cast<std::uint64_t>(config_.train.seed),
-                                  static_cast<std::int64_t>(stream)});
-    const float value = compute_loss(logits, micro_labels, &dlogits_);
-    if (correct != nullptr) correct_sum += nn::count_correct(logits, micro_labels);
-    loss_sum += static_cast<double>(value) * static_cast<double>(end - begin);
-    // The micro-batch's mean-loss gradient, weighted so that the sum over micro-batches and ranks
-    // is the gradient of the global batch's mean loss.
-    const float weight = static_cast<float>(end - begin) / static_cast<float>(global_count);
-    if (weight != 1.0f) {
-      float* d = dlogits_.data();
-      for (std::int64_t i = 0; i < dlogits_.numel(); ++i) d[i] *= weight;
-    }
-    const auto forward_end = Clock::now();
-    if (m == 0) {  // after the forward: see "zero the gradients" in trainer.h
-      store.zero_grads();
-      if (trace_.enabled()) {
-        trace_.add("zero gradients", "compute", TraceRecorder::kComputeThread, forward_end,
-                   Clock::now(), fmt::format(R"({{"step":{}}})", step));
-      }
-    }
-    const auto backward_start = Clock::now();
-    const bool last = m + 1 == micro_batches;
-    if (sync_ && last) {
-      model_->backward(dlogits_, [this](std::size_t layer) { sync_->on_layer_done(layer); });
-    } else {
-      model_->backward(dlogits_);
-    }
-    if (trace_.enabled()) {  // the argument strings cost allocations: only while tracing
-      const std::string args = fmt::format(R"({{"step":{},"micro_batch":{}}})", step, m);
-      trace_.add("forward", "compute", TraceRecorder::kComputeThread, forward_start, forward_end,
-                 args);
-      trace_.add("backward", "compute", TraceRecorder::kComputeThread, backward_start, Clock::now(),
-                 args);
-    }
-  }
-  last_step_ = StepTimes{};
-  if (straggler_.kind != StragglerSpec::Kind::kNone) {
-    // An injected straggler (train/straggler.h): its gradients arrive late, as a slow machine's.
-    const double compute = std::chrono::duration<double>(Clock::now() - step_start).count();
-    const double delay = straggler_delay_seconds(
-        straggler_, static_cast<std::uint64_t>(config_.train.seed), rank_, step, compute);
-    if (delay > 0.0) {
-      const auto delay_start = Clock::now();
-      std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-      trace_.add("straggler delay", "straggler", TraceRecorder::kComputeThread, delay_start,
-                 Clock::now(), fmt::format(R"({{"step":{}}})", step));
-    }
-  }
-  if (options_.ps != nullptr) {
-    exchange_with_servers(step, local, global_count);
-    last_step_.total = std::chrono::duration<double>(Clock::now() - step_start).count();
-    if (correct != nullptr) *correct = correct_sum;
-    return static_cast<float>(loss_sum / static_cast<double>(std::max<std::int64_t>(local, 1)));
-  }
-  if (sync_) {
-    const auto wait_start = Clock::now();
-    sync_->finish();
-    last_step_.waiting = sync_->wait_seconds();
-    const auto& buckets = sync_->buckets();
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      const auto& t = sync_->timings()[b];
-      last_step_.comm += std::chrono::duration<double>(t.finished - t.started).count();
-      // Fused: no bucket collective ran (the barrier is the wait span below, the sums the
-      // update's).
-      if (trace_.enabled() && !fused()) {
-        trace_.add(fmt::format("{} {}", sync_->gradient_collective(), buckets[b].name), "comm",
-                   TraceRecorder::kCommThread, t.started, t.finished,
-                   fmt::format(R"({{"step":{},"bucket":{},"bytes":{},"algorithm":"{}"}})", step, b,
-                               buckets[b].count * 4,
-                               sharded() ? std::string("ring") : config_.parallel.allreduce));
-      }
-    }
-    if (trace_.enabled()) {
-      trace_.add("wait for gradients", "wait", TraceRecorder::kComputeThread, wait_start,
-                 Clock::now(), fmt::format(R"({{"step":{}}})", step));
-    }
-  }
-  const auto update_start = Clock::now();
-  if (fused()) {
-    sync_->reduce_and_update(*optimizer_, store.params(), schedule_->lr(step));
-  } else {
-    optimizer_->step(store.params(), store.grads(), schedule_->lr(step));
-  }
-  const auto update_end = Clock::now();
-  if (trace_.enabled()) {
-    trace_.add(fused()     ? "fused reduce + update (shard)"
-               : sharded() ? "optimizer (shard)"
-                           : "optimizer",
-               "compute", TraceRecorder::kComputeThread, update_start, update_end,
-               fmt::format(R"({{"step":{}}})", step));
-  }
-  if (sharded()) {
-    // ZeRO-1: every rank updated its shard; the allgather hands the new parameters to all.
-    const auto [gather_start, gather_end] = sync_->gather_parameters();
-    const double seconds = std::chrono::duration<double>(gather_end - gather_start).count();
-    last_step_.comm += seconds;
-    last_step_.waiting += seconds;
-    if (trace_.enabled()) {
-      trace_.add("allgather parameters", "comm", TraceRecorder::kComputeThread, gather_start,
-                 gather_end,
-                 fmt::format(R"({{"step":{},"bytes":{}}})", step, store.num_params() * 4));
-    }
-  }
-  const auto step_end = Clock::now();
-  last_step_.total = std::chrono::duration<double>(step_end - step_start).count();
-  if (correct != nullptr) *correct = correct_sum;
-  return static_cast<float>(loss_sum / static_cast<double>(std::max<std::int64_t>(local, 1)));
+  if (global_count == 0) global_count = static_cast<std::int64_t>(labels.size()) * world_;
+  last_step_ = strategy_->step(StepInput{x, labels, step, global_count, schedule_->lr(step)},
+                               *optimizer_);
+  if (correct != nullptr) *correct = last_step_.correct;
+  return last_step_.loss;
 }
 
 Trainer::Evaluation Trainer::evaluate(bool alone) {
@@ -431,7 +181,7 @@ Trainer::Evaluation Trainer::evaluate(bool alone) {
                        x, y);
     const tensor::Tensor& logits = model_->forward(
         x, nn::ForwardContext{nn::Mode::kEval, static_cast<std::uint64_t>(config_.train.seed), 0});
-    loss_sum += static_cast<double>(compute_loss(logits, y, nullptr)) * static_cast<double>(count);
+    loss_sum += static_cast<double>(local_->loss(logits, y, nullptr)) * static_cast<double>(count);
     correct += nn::count_correct(logits, y);
   }
   double sums[2] = {loss_sum, static_cast<double>(correct)};
@@ -489,18 +239,8 @@ RunSummary Trainer::run() {
     }
     restore_into(checkpoint, model_->store(), path);
     std::vector<optim::StateTensor> state;
-    for (const auto& named : checkpoint.optimizer_state) {
-      // ZeRO-1: this rank's shard of the full state (a length mismatch is reported by load_state).
-      const bool whole = std::ssize(named.values) == model_->store().num_params();
-      state.push_back({named.name, sharded() && whole
-                                       ? parallel::pack_state(optimizer_->segments(), named.values)
-                                       : named.values});
-    }
-    try {
-      optimizer_->load_state(state, checkpoint.optimizer_steps);
-    } catch (const CheckpointError& e) {
-      throw CheckpointError(fmt::format("checkpoint {}: {}", path, e.what()));
-    }
+    for (const auto& named : checkpoint.optimizer_state) state.push_back({named.name, named.values});
+    strategy_->restore_state(std::move(state), checkpoint.optimizer_steps, *optimizer_, path);
     start_epoch = checkpoint.sampler_epoch;
     start_position = checkpoint.sampler_position;
     global_step = checkpoint.global_step;
@@ -539,32 +279,8 @@ RunSummary Trainer::run() {
       "dtrain: {} ({} parameters) on {} ({} train / {} test samples), {} epochs of {} steps; "
       "run folder {}",
       config_.model.name, model_->store().num_params(), data_->train.name, n, data_->test.size(),
-      t.epochs, steps_per_epoch_, dir.string()));
-  if (options_.ps != nullptr) {
-    const auto& p = config_.parallel;
-    progress.message(fmt::format(
-        "parameter servers: {} workers, {} servers, consistency {}{}{}{}", world_,
-        options_.ps->layout().servers(), p.consistency,
-        p.consistency == "ssp" ? fmt::format(" (staleness <= {})", p.staleness) : "",
-        p.consistency == "async" && p.pull_every > 1
-            ? fmt::format(", pull every {} steps", p.pull_every)
-            : "",
-        p.backup_workers > 0 ? fmt::format(", {} backup worker(s)", p.backup_workers) : ""));
-  }
-  if (sync_) {
-    const auto& buckets = sync_->buckets();
-    progress.message(fmt::format(
-        "data parallel: {} ranks ({} per process), {}, {} gradient bucket(s): {}, overlap {}, "
-        "batch norm {}",
-        world_, config_.parallel.workers,
-        sharded() ? "optimizer " + zero_.reason +
-                        (fused() ? " (ZeRO-1: update 1/P, allgather)"
-                                 : " (ZeRO-1: ring reduce-scatter, update 1/P, allgather)") +
-                        ", gradient sums " + fused_.reason
-                  : "allreduce " + config_.parallel.allreduce + ", optimizer " + zero_.reason,
-        buckets.size(), fusion_.reason, overlap_.reason,
-        config_.parallel.sync_batch_norm ? "synchronized" : "per rank"));
-  }
+      t.epochs, plan_->steps_per_epoch(), dir.string()));
+  for (const std::string& line : strategy_->describe()) progress.message(line);
   if (options_.resume) {
     progress.message(fmt::format("resuming at epoch {} (step {})", start_epoch, global_step));
   }
@@ -589,11 +305,12 @@ RunSummary Trainer::run() {
       const auto& reached = targets.reached()[i];
       c.scalars.emplace_back(tta_scalar(targets.targets()[i]), reached ? *reached : kNotReached);
     }
-    capture_from(model_->store(), c);
-    for (auto& state : full_optimizer_state()) {
+    // Every rank: the strategy's state may be collective (ZeRO-1 gathers its shards).
+    for (auto& state : strategy_->checkpoint_state(*optimizer_)) {
       c.optimizer_state.push_back({std::move(state.name), std::move(state.values)});
     }
     if (!writer) return;
+    capture_from(model_->store(), c);
     checkpoints.save(c, epochs_done);
   };
 
@@ -648,20 +365,19 @@ RunSummary Trainer::run() {
   if (config_.parallel.trace_steps > 0) trace_.start(TraceRecorder::Clock::now());
   const std::int64_t trace_until = global_step + config_.parallel.trace_steps;
 
-  // Async / ssp parameter servers: no collectives among workers while training (one may be slow
-  // or dead); worker 0 alone evaluates, on what the servers hold at that moment.
-  const bool collective = !ticketed();
+  // A strategy whose ranks never wait for each other (async parameter servers) has no collectives
+  // outside its steps: rank 0 alone evaluates, and the epoch's figures are its own.
+  const bool collective = strategy_->collective();
   const bool evaluates = collective || rank_ == 0;
-  std::int64_t pending_ticket = -1;
-  bool tickets_exhausted = false;
-  const std::int64_t local_batch = ps_local_batch(config_, world_);
-  const std::int64_t tickets_per_epoch = ps_tickets_per_epoch(config_, world_, n);
-  // Evaluation; with tickets its time counts as training time of `seconds` too (the other workers
-  // train on meanwhile, so leaving it out would flatter samples/s).
+  // Evaluation; alone, its time counts as training time of `seconds` too (the other ranks train on
+  // meanwhile, so leaving it out would flatter samples/s).
   auto evaluate_now = [&](double& seconds) {
-    if (collective) return evaluate();
+    if (collective) {
+      strategy_->before_evaluation();
+      return evaluate();
+    }
     Stopwatch clock;
-    options_.ps->get({0, model_->store().num_params()}, model_->store().params());
+    strategy_->before_evaluation();
     const Evaluation result = evaluate(/*alone=*/true);
     seconds += clock.seconds();
     train_seconds += clock.seconds();
@@ -674,7 +390,7 @@ RunSummary Trainer::run() {
   const std::int64_t batch = t.batch_size;
   for (std::int64_t epoch = start_epoch; epoch < t.epochs; ++epoch) {
     const std::vector<std::int64_t> order = sampler.epoch_order(epoch);
-    progress.begin_epoch(epoch + 1, steps_per_epoch_);
+    progress.begin_epoch(epoch + 1, plan_->steps_per_epoch());
     double epoch_loss_sum = 0.0;
     std::int64_t epoch_correct = 0;
     std::int64_t epoch_samples = 0;
@@ -686,39 +402,8 @@ RunSummary Trainer::run() {
     RankTotals epoch_totals;
     const std::int64_t first = epoch == start_epoch ? start_position : 0;
     std::int64_t step_in_epoch = first / batch;
-    std::int64_t pos = first;
-    // This rank's next samples of the epoch's order, [begin, begin + size), the samples of the
-    // whole step over all ranks (`batch`), and the batch its gradient is a share of (`scale_to`:
-    // the gradient is scaled by size / scale_to); none at the end of the epoch.
-    struct Share {
-      std::int64_t begin = 0, size = 0, batch = 0, scale_to = 0;
-    };
-    auto next_share = [&]() -> std::optional<Share> {
-      if (ticketed()) {
-        // Tickets count over the whole run; one of the next epoch waits for the next epoch.
-        if (pending_ticket < 0 && !tickets_exhausted) pending_ticket = options_.ps->next_ticket();
-        if (pending_ticket < 0) {
-          tickets_exhausted = true;
-          return std::nullopt;
-        }
-        if (pending_ticket / tickets_per_epoch > epoch) return std::nullopt;
-        const std::int64_t begin = (pending_ticket % tickets_per_epoch) * local_batch;
-        pending_ticket = -1;
-        const std::int64_t size = std::min(local_batch, n - begin);
-        // A ticket's gradient is a 1/W share of a global batch (linear scaling to the worker's
-        // batch): W pushes then move the parameters as far as one synchronous step, rather than W
-        // times as far, which with the momentum asynchrony adds diverged at W = 6 (docs/PS.md).
-        return Share{begin, size, size, local_batch * world_};
-      }
-      if (pos >= n || step_in_epoch >= steps_per_epoch_) return std::nullopt;
-      const std::int64_t count = std::min(batch, n - pos);
-      // The global batch [pos, pos + count) split over the ranks.
-      const RankShare mine = rank_share(count, rank_, world_);
-      const Share share{pos + mine.begin, mine.size, count, count};
-      pos += batch;
-      return share;
-    };
-    while (const std::optional<Share> next = next_share()) {
+    plan_->begin_epoch(epoch, first);
+    while (const std::optional<Share> next = plan_->next()) {
       const std::int64_t count = next->batch;
       const std::int64_t scale_to = next->scale_to;
       const std::int64_t share_begin = next->begin;
@@ -778,7 +463,7 @@ RunSummary Trainer::run() {
         window_seconds = 0.0;
       }
       if (t.eval_every_steps > 0 && global_step % t.eval_every_steps == 0 &&
-          step_in_epoch < steps_per_epoch_ && evaluates) {
+          step_in_epoch < plan_->steps_per_epoch() && evaluates) {
         last_eval = evaluate_now(epoch_seconds);
         targets.observe(last_eval.accuracy, train_seconds);
         best_accuracy = std::max(best_accuracy, last_eval.accuracy);
@@ -786,8 +471,14 @@ RunSummary Trainer::run() {
                                          train_seconds, elapsed()}));
       }
     }
-    if (ticketed()) {
-      // Every ticket of the epoch went to some worker: the epoch's samples, in this worker's time.
+    {
+      Stopwatch clock;  // local SGD's last average of the epoch: training time
+      strategy_->end_epoch();
+      epoch_seconds += clock.seconds();
+      train_seconds += clock.seconds();
+    }
+    if (plan_->independent()) {
+      // Every share of the epoch went to some rank: the epoch's samples, in this rank's time.
       samples += n - epoch_samples;
       epoch_samples = n;
     }
@@ -801,7 +492,7 @@ RunSummary Trainer::run() {
     double epoch_seen = static_cast<double>(epoch_samples);
     if (comm != nullptr && collective) {
       comm->allreduce(epoch_sums, 2, DType::kF64, comm::ReduceOp::kSum);
-    } else if (ticketed()) {
+    } else if (plan_->independent()) {
       epoch_seen = epoch_totals.samples;
     }
     last_train_loss = epoch_sums[0] / std::max(epoch_seen, 1.0);
@@ -824,9 +515,8 @@ RunSummary Trainer::run() {
     metrics.write(epoch_json);
     progress.end_epoch(record);
     const bool last = epoch + 1 == t.epochs;
-    // Parameter-server runs keep no checkpoints: the optimizer state lives on the servers.
-    // With ZeRO-1 every rank takes part (the optimizer state is gathered); rank 0 writes.
-    if ((writer || sharded()) && options_.ps == nullptr &&
+    // Every rank takes part (the strategy's state may be gathered); rank 0 writes.
+    if (strategy_->keeps_checkpoints() &&
         (last || (t.checkpoint_every > 0 && (epoch + 1) % t.checkpoint_every == 0))) {
       save(epoch + 1);
     }
@@ -834,14 +524,7 @@ RunSummary Trainer::run() {
   if (config_.parallel.trace_steps > 0 && (collective || writer)) {
     write_trace(collective ? comm : nullptr, trace_, (dir / "trace.json").string());
   }
-  std::vector<ps::ServerStats> server_stats;
-  if (options_.ps != nullptr) {
-    if (writer) {
-      server_stats = options_.ps->stop_with_stats();  // once every worker has stopped
-    } else {
-      options_.ps->stop();
-    }
-  }
+  strategy_->finish(writer);
 
   RunSummary summary;
   summary.model = config_.model.name;
@@ -864,51 +547,8 @@ RunSummary Trainer::run() {
   summary.seed = t.seed;
   summary.threads = t.threads;
   summary.resumed_from_epoch = resumed_from;
-  if (options_.ps != nullptr) {
-    summary.parallel = ps_summary(config_, world_, server_stats, dropped_steps_);
-    // Worker 0's traffic to and from the servers, per step.
-    const double steps = static_cast<double>(std::max<std::int64_t>(global_step - first_step, 1));
-    summary.parallel["bytes_sent_per_rank_and_step"] =
-        static_cast<double>(options_.ps->bytes_sent()) / steps;
-    summary.parallel["bytes_received_per_rank_and_step"] =
-        static_cast<double>(options_.ps->bytes_received()) / steps;
-    if (collective) summary.parallel["per_rank"] = rank_rows(run_totals);
-  } else if (comm != nullptr) {
-    nlohmann::json ranks = rank_rows(run_totals);
-    double compute = 0.0, comm_seconds = 0.0, waiting = 0.0, sent = 0.0, received = 0.0;
-    for (const auto& row : ranks) {
-      compute += row["compute_seconds"].get<double>();
-      comm_seconds += row["comm_seconds"].get<double>();
-      waiting += row["wait_seconds"].get<double>();
-      sent += row["bytes_sent"].get<double>();
-      received += row["bytes_received"].get<double>();
-    }
-    const double p = static_cast<double>(world_);
-    summary.parallel = {
-        {"ranks", world_},
-        {"workers_per_process", config_.parallel.workers},
-        {"processes", world_ / config_.parallel.workers},
-        {"transport", std::string(comm->transport().name())},
-        {"allreduce", config_.parallel.allreduce},
-        {"fusion_bytes", fusion_.bytes},
-        {"fusion_bytes_setting", config_.parallel.fusion_bytes},
-        {"buckets", sync_->buckets().size()},
-        {"overlap", overlap_.overlap},
-        {"overlap_setting", config_.parallel.overlap},
-        {"zero_stage", sharded() ? 1 : 0},
-        {"zero_stage_setting", config_.parallel.zero_stage},
-        {"fused_update", fused()},
-        {"fused_update_setting", config_.parallel.fused_update},
-        {"sync_batch_norm", config_.parallel.sync_batch_norm},
-        {"mean_compute_seconds", compute / p},
-        {"mean_comm_seconds", comm_seconds / p},
-        {"mean_wait_seconds", waiting / p},
-        {"bytes_sent", sent},
-        {"bytes_received", received},
-        {"bytes_sent_per_rank_and_step",
-         global_step > first_step ? sent / static_cast<double>(global_step - first_step) / p : 0.0},
-        {"per_rank", ranks}};
-  }
+  summary.parallel = strategy_->summary(
+      RunTotalsView{global_step - first_step, [&] { return rank_rows(run_totals); }});
   if (!writer) return summary;
   write_summary((dir / "summary.json").string(), summary);
   progress.message(fmt::format(

@@ -1,45 +1,40 @@
-// Trainer: one training run from a Config to a run folder.
+// Trainer: one training run from a Config to a run folder, on one rank. It names no strategy: a
+// Strategy (strategy.h), chosen by name from the registry (strategy_registry.h), does what
+// differs between ways of training; the Trainer does what every strategy shares.
 //
 // A run folder holds
 //   resolved.toml          the full configuration, every default filled in (re-readable)
 //   metrics.jsonl          step / eval / epoch records (metrics.h)
-//   summary.json           written at the end
+//   summary.json           written at the end; "parallel" is the strategy's own part
+//   trace.json             the first parallel.trace_steps steps as a Chrome trace (trace.h)
 //   checkpoints/epoch-N.ckpt and checkpoints/latest
 //
-// One step (train_step) is, in order: forward, loss, zero the gradients, backward (which adds into
-// the flat gradient buffer), then one optimizer update over the flat buffers. The gradients are
-// zeroed after the forward, not before it, so that the 4P bytes of zeros do not push the
-// parameters the forward reads out of the cache: the forward then reads what the last update (or
-// allgather) just wrote, and backward adds into lines just zeroed (bench scaling, 2 x 30 rounds:
-// one worker 2-3% more samples/s, two workers 3%; docs/PERFORMANCE.md). With
-// train.accumulate_steps = k the batch is cut into k micro-batches, each forward + backward adding
-// into the gradients (zeroed before the first backward), then one update.
+// One step is the strategy's (Strategy::step): this rank's share through forward and backward
+// (local_gradients.h: the micro-batches of train.accumulate_steps, the injected straggler), the
+// gradients or parameters combined with the other ranks as the strategy does it, the update.
+// With several ranks every rank runs this Trainer on its own replica or part, with its own
+// communicator; at construction the ranks check that config and parameter layout agree. Rank 0
+// alone writes the run folder.
 //
-// Data parallelism (TrainerOptions::comm set; docs/PARALLEL.md): every rank runs this Trainer on
-// its own model replica. At construction the ranks check that config and parameter layout agree
-// and take rank 0's parameters. Each step's global batch (train.batch_size samples of the epoch's
-// shuffled order, the same on every rank) is split into P contiguous shares of sizes differing by
-// at most one; each rank scales its loss gradient by share / batch so that the gradient SUM over
-// ranks is the global batch's mean gradient, which parallel::GradientSynchronizer computes bucket
-// by bucket during backward. A final batch with fewer samples than P x k is skipped by every rank
-// alike (no rank ever waits for a batch that will not come). Evaluation is sharded over the ranks
-// too. Rank 0 alone writes the run folder.
-//
-// Epochs: epoch e visits data::ShuffledSampler(N, seed).epoch_order(e) in batches of batch_size;
-// the last partial batch (N % batch_size samples) is trained on too, so steps_per_epoch =
-// ceil(N / batch_size). Its loss is a mean over fewer samples, so those samples weigh a little more
-// in that one update; every sample is seen once per epoch.
+// Epochs: epoch e visits data::ShuffledSampler(N, seed).epoch_order(e); the strategy's SharePlan
+// (batch_plan.h) says which samples each of this rank's steps takes: by default the global batch
+// of train.batch_size split over the ranks, the last partial batch included (its loss is a mean
+// over fewer samples, so those samples weigh a little more in that one update; every sample is
+// seen once per epoch). Evaluation is sharded over the ranks when the strategy is collective, else
+// rank 0 evaluates alone.
 //
 // Reproducibility: initialisation, shuffling and dropout all draw from counter-based streams of
 // train.seed, so the same config and thread count give bitwise-identical losses and parameters,
 // and a run resumed from a checkpoint continues exactly as the uninterrupted run would have.
 //
-// Timing: train_seconds counts forward, loss, backward, update and the batch copy; evaluation,
-// checkpoints and logging are excluded (as the peer measurements in ../shared/peers do).
+// Timing: train_seconds counts the steps and the batch copy; evaluation, checkpoints and logging
+// are excluded (as the peer measurements in ../shared/peers do), except where ranks evaluate
+// alone while the others train on (async parameter servers).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -50,18 +45,13 @@
 #include "dtrain/nn/model_zoo.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/optim/optimizer.h"
-#include "dtrain/parallel/gradient_synchronizer.h"
-#include "dtrain/parallel/sync_batch_norm.h"
-#include "dtrain/ps/client.h"
+#include "dtrain/train/batch_plan.h"
 #include "dtrain/train/config.h"
-#include "dtrain/train/fused_update_policy.h"
-#include "dtrain/train/fusion_policy.h"
+#include "dtrain/train/local_gradients.h"
 #include "dtrain/train/metrics.h"
-#include "dtrain/train/overlap_policy.h"
 #include "dtrain/train/run_data.h"
-#include "dtrain/train/straggler.h"
+#include "dtrain/train/strategy.h"
 #include "dtrain/train/trace.h"
-#include "dtrain/train/zero_policy.h"
 
 namespace dtrain::train {
 
@@ -74,18 +64,10 @@ struct TrainerOptions {
   comm::Communicator* comm = nullptr;
   // Data already loaded (ranks that are threads share one copy); null: the Trainer loads it.
   std::shared_ptr<const RunData> data;
-  // Parameter-server training (parallel.strategy = "ps", docs/PS.md): this worker's client, and
-  // `comm` is then the workers' communicator (the servers are not in it). Must outlive the Trainer.
-  ps::Client* ps = nullptr;
+  // This rank's strategy, where its launcher builds it (a parameter-server worker gets its client
+  // this way); null: the registry's for parallel.strategy.
+  std::function<std::unique_ptr<Strategy>(const StrategyContext&)> make_strategy = nullptr;
 };
-
-// Parameter-server training with consistency async or ssp hands out batches as tickets (server 0
-// counts them), so that a fast worker trains on more of each epoch than a slow one: each ticket is
-// `ps_local_batch` consecutive samples of the epoch's order, and an epoch has
-// ceil(N / ps_local_batch) tickets.
-std::int64_t ps_local_batch(const Config& config, std::int64_t workers);
-std::int64_t ps_tickets_per_epoch(const Config& config, std::int64_t workers,
-                                  std::int64_t train_samples);
 
 // nn::ModelSpec for `config` on data whose samples have `sample_shape`, with `classes` outputs.
 nn::ModelSpec model_spec(const ModelSection& config, const tensor::Shape& sample_shape,
@@ -96,20 +78,10 @@ optim::OptimizerConfig optimizer_config(const OptimSection& config);
 // warmup, so the last step of the run reaches min_lr.
 optim::ScheduleConfig schedule_config(const Config& config, std::int64_t steps_per_epoch);
 
-// Rank r's part of a global batch of `count` samples over P ranks: [count r / P, count (r + 1) /
-// P), sizes differing by at most one.
-struct RankShare {
-  std::int64_t begin = 0;
-  std::int64_t size = 0;
-};
-inline RankShare rank_share(std::int64_t count, int rank, int ranks) {
-  const std::int64_t begin = count * rank / ranks;
-  return {begin, count * (rank + 1) / ranks - begin};
-}
-
 class Trainer {
  public:
-  // Loads the data and builds the model, optimizer and schedule; nothing is written yet.
+  // Loads the data, builds the model, the strategy (which may talk to the other ranks: broadcast,
+  // parameter-server start), the optimizer and the schedule; nothing is written yet.
   Trainer(Config config, TrainerOptions options);
   ~Trainer();
 
@@ -118,16 +90,13 @@ class Trainer {
 
   const Config& config() const { return config_; }
   nn::Model& model() { return *model_; }
-  std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
   const data::Dataset& train_data() const { return data_->train; }
   int rank() const { return rank_; }
   int world_size() const { return world_; }
-  // Null with one worker.
-  const parallel::GradientSynchronizer* synchronizer() const { return sync_.get(); }
 
-  // One optimizer step at global step `step` on this rank's share (x, labels) of a global batch of
-  // `global_count` samples (0: labels.size() x world_size(), equal shares); returns the share's
-  // mean loss. `correct` receives the count of correctly classified samples of the share.
+  // One step of the strategy at global step `step` on this rank's share (x, labels) of a global
+  // batch of `global_count` samples (0: labels.size() x world_size(), equal shares); returns the
+  // share's mean loss. `correct` receives the count of correctly classified samples of the share.
   float train_step(const tensor::Tensor& x, std::span<const std::int32_t> labels, std::int64_t step,
                    std::int64_t* correct, std::int64_t global_count = 0);
 
@@ -136,35 +105,11 @@ class Trainer {
     double accuracy = 0.0;
   };
   // Mean loss and accuracy over the whole test set, in eval mode (sharded over the ranks;
-  // collective when data-parallel; `alone`: this rank evaluates all of it, no collective).
+  // collective with several ranks; `alone`: this rank evaluates all of it, no collective).
   Evaluation evaluate(bool alone = false);
 
  private:
-  // The loss of logits against labels (cross entropy, or mse against one-hot targets), writing
-  // dlogits when not null.
-  float compute_loss(const tensor::Tensor& logits, std::span<const std::int32_t> labels,
-                     tensor::Tensor* dlogits);
   void prepare_run_dir();
-  // Parameter servers: worker 0 puts its initial parameters, then every worker pulls them.
-  void start_parameter_servers();
-  // Parameter servers: this step's gradients to the servers, their parameters back (every step
-  // but with async and pull_every > 1).
-  void exchange_with_servers(std::int64_t step, std::int64_t local, std::int64_t global_count);
-  // Async / ssp: the batches are tickets handed out by server 0 (ps_local_batch); true while the
-  // run has more.
-  bool ticketed() const;
-  // ZeRO-1: the optimizer holds this rank's shard (parallel/optimizer_shards.h).
-  bool sharded() const;
-  // ZeRO-1 with the gradient sums formed inside the update (fused_update_policy.h).
-  bool fused() const;
-  // The optimizer state of the whole model (gathered over the ranks when sharded: collective).
-  std::vector<optim::StateTensor> full_optimizer_state();
-  // Seconds spent in the last train_step, split (see StepTimes).
-  struct StepTimes {
-    double total = 0.0;    // the whole step
-    double waiting = 0.0;  // blocked on gradient allreduces after backward
-    double comm = 0.0;     // bucket allreduces running (overlapped with compute or not)
-  };
 
   Config config_;
   TrainerOptions options_;
@@ -172,21 +117,13 @@ class Trainer {
   int rank_ = 0;
   int world_ = 1;
   std::unique_ptr<nn::Model> model_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
-  std::unique_ptr<optim::LrSchedule> schedule_;
-  std::int64_t steps_per_epoch_ = 0;
-  tensor::Tensor dlogits_;
-  tensor::Tensor one_hot_;
-  std::unique_ptr<parallel::GradientSynchronizer> sync_;
-  OverlapDecision overlap_;    // parallel.overlap resolved for this host (overlap_policy.h)
-  ZeroDecision zero_;          // parallel.zero_stage resolved for this run (zero_policy.h)
-  FusedUpdateDecision fused_;  // parallel.fused_update resolved (fused_update_policy.h)
-  FusionDecision fusion_;      // parallel.fusion_bytes resolved for this run (fusion_policy.h)
-  std::unique_ptr<parallel::SyncBatchNormReducer> bn_reducer_;
-  StepTimes last_step_;
-  std::int64_t dropped_steps_ = 0;  // bsp with backup workers: this worker's late gradients
-  StragglerSpec straggler_;
   TraceRecorder trace_;
+  std::unique_ptr<LocalGradients> local_;
+  std::unique_ptr<Strategy> strategy_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<SharePlan> plan_;
+  std::unique_ptr<optim::LrSchedule> schedule_;
+  StepResult last_step_;
 };
 
 }  // namespace dtrain::train

@@ -1,4 +1,4 @@
-#include "dtrain/train/overlap_policy.h"
+#include "dtrain/train/strategies/data_parallel/overlap_policy.h"
 
 #include <fmt/format.h>
 #include <sched.h>

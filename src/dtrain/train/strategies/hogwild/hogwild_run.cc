@@ -1,4 +1,4 @@
-#include "dtrain/train/hogwild_run.h"
+#include "dtrain/train/strategies/hogwild/hogwild_run.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include "dtrain/base/timer.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/train/atomic_file.h"
-#include "dtrain/train/hogwild_engine.h"
+#include "dtrain/train/strategies/hogwild/hogwild_engine.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/statistics.h"
 

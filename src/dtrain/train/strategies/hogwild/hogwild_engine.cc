@@ -1,4 +1,4 @@
-#include "dtrain/train/hogwild_engine.h"
+#include "dtrain/train/strategies/hogwild/hogwild_engine.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "dtrain/train/fused_update_policy.h"
+#include "dtrain/train/strategies/data_parallel/fused_update_policy.h"
 
 #include <fmt/format.h>
 

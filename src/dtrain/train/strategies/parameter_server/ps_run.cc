@@ -1,4 +1,4 @@
-#include "dtrain/train/ps_run.h"
+#include "dtrain/train/strategies/parameter_server/ps_run.h"
 
 #include <fmt/format.h>
 
@@ -11,6 +11,8 @@
 #include "dtrain/nn/model_zoo.h"
 #include "dtrain/ps/client.h"
 #include "dtrain/ps/server.h"
+#include "dtrain/train/strategies/parameter_server/parameter_server_strategy.h"
+#include "dtrain/train/strategies/parameter_server/ticket_plan.h"
 
 namespace dtrain::train {
 namespace {
@@ -116,8 +118,10 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
                     2 * timeout + std::chrono::seconds(5));
   TrainerOptions worker = options;
   worker.comm = worker_comm.get();
-  worker.ps = &client;
   worker.data = data;
+  worker.make_strategy = [&client](const StrategyContext& context) {
+    return std::make_unique<ParameterServerWorker>(context, client);
+  };
   Trainer trainer(config, worker);
   RunSummary summary = trainer.run();
   if (after_run) after_run(trainer);

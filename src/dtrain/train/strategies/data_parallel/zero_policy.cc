@@ -1,4 +1,4 @@
-#include "dtrain/train/zero_policy.h"
+#include "dtrain/train/strategies/data_parallel/zero_policy.h"
 
 #include <fmt/format.h>
 

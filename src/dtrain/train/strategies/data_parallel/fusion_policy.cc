@@ -1,4 +1,4 @@
-#include "dtrain/train/fusion_policy.h"
+#include "dtrain/train/strategies/data_parallel/fusion_policy.h"
 
 #include <fmt/format.h>
 

@@ -1,0 +1,202 @@
+#include "dtrain/train/strategies/data_parallel/data_parallel_strategy.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "dtrain/base/error.h"
+#include "dtrain/parallel/optimizer_shards.h"
+#include "dtrain/parallel/rank_agreement.h"
+
+namespace dtrain::train {
+
+namespace {
+
+comm::Communicator& required_comm(const StrategyContext& context) {
+  if (context.comm == nullptr) {
+    throw InternalError("data-parallel training needs the ranks' communicator");
+  }
+  return *context.comm;
+}
+
+}  // namespace
+
+DataParallel::DataParallel(const StrategyContext& context)
+    : Strategy(context), comm_(required_comm(context)) {
+  const Config& config = context.config;
+  nn::Model& model = context.model;
+  parallel::broadcast_parameters(comm_, model.store());
+  parallel::DataParallelOptions dp;
+  dp.algorithm = config.parallel.allreduce;
+  overlap_ = decide_overlap(config.parallel.overlap,
+                            overlap_inputs(static_cast<int>(config.parallel.workers),
+                                           static_cast<int>(config.train.threads)));
+  dp.overlap = overlap_.overlap;
+  fusion_ = decide_fusion_bytes(config.parallel.fusion_bytes, overlap_.overlap,
+                                model.store().num_params() * 4);
+  dp.fusion_bytes = fusion_.bytes;
+  dp.check_headers = config.parallel.check_headers;
+  zero_ = decide_zero_stage(config.parallel.zero_stage, comm_.size(), config.optim.name,
+                            config.parallel.allreduce);
+  dp.shard_optimizer = zero_.shard;
+  fused_ = decide_fused_update(
+      config.parallel.fused_update,
+      FusedUpdateInputs{zero_.shard, overlap_.overlap, comm_.shares_memory(), config.optim.name});
+  dp.fused_update = fused_.fused;
+  dp.stall_warning = std::chrono::milliseconds(
+      static_cast<std::int64_t>(config.parallel.stall_warning_seconds * 1000.0));
+  sync_ = std::make_unique<parallel::GradientSynchronizer>(comm_, model, dp);
+  if (config.parallel.sync_batch_norm) bn_reducer_ = parallel::sync_batch_norm(model, comm_);
+}
+
+std::vector<optim::Segment> DataParallel::optimizer_segments() const {
+  if (sharded()) return sync_->shard_segments();
+  return Strategy::optimizer_segments();
+}
+
+StepResult DataParallel::step(const StepInput& input, optim::Optimizer& optimizer) {
+  using Clock = TraceRecorder::Clock;
+  TraceRecorder& trace = context_.trace;
+  nn::ParamStore& store = context_.model.store();
+  const std::int64_t step = input.step;
+  sync_->begin_step();
+  const LocalGradients::Result local =
+      context_.local.compute(input.x, input.labels, step, input.global_count,
+                             [this](std::size_t layer) { sync_->on_layer_done(layer); });
+  StepResult result;
+  result.loss = static_cast<float>(
+      local.loss_sum / static_cast<double>(std::max<std::size_t>(input.labels.size(), 1)));
+  result.correct = local.correct;
+
+  const auto wait_start = Clock::now();
+  sync_->finish();
+  result.waiting = sync_->wait_seconds();
+  const auto& buckets = sync_->buckets();
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    const auto& t = sync_->timings()[b];
+    result.comm += std::chrono::duration<double>(t.finished - t.started).count();
+    // Fused: no bucket collective ran (the barrier is the wait span below, the sums the update's).
+    if (trace.enabled() && !fused()) {
+      trace.add(fmt::format("{} {}", sync_->gradient_collective(), buckets[b].name), "comm",
+                TraceRecorder::kCommThread, t.started, t.finished,
+                fmt::format(R"({{"step":{},"bucket":{},"bytes":{},"algorithm":"{}"}})", step, b,
+                            buckets[b].count * 4,
+                            sharded() ? std::string("ring") : context_.config.parallel.allreduce));
+    }
+  }
+  if (trace.enabled()) {
+    trace.add("wait for gradients", "wait", TraceRecorder::kComputeThread, wait_start, Clock::now(),
+              fmt::format(R"({{"step":{}}})", step));
+  }
+  const auto update_start = Clock::now();
+  if (fused()) {
+    sync_->reduce_and_update(optimizer, store.params(), input.lr);
+  } else {
+    optimizer.step(store.params(), store.grads(), input.lr);
+  }
+  const auto update_end = Clock::now();
+  if (trace.enabled()) {
+    trace.add(fused()     ? "fused reduce + update (shard)"
+              : sharded() ? "optimizer (shard)"
+                          : "optimizer",
+              "compute", TraceRecorder::kComputeThread, update_start, update_end,
+              fmt::format(R"({{"step":{}}})", step));
+  }
+  if (sharded()) {
+    // ZeRO-1: every rank updated its shard; the allgather hands the new parameters to all.
+    const auto [gather_start, gather_end] = sync_->gather_parameters();
+    const double seconds = std::chrono::duration<double>(gather_end - gather_start).count();
+    result.comm += seconds;
+    result.waiting += seconds;
+    if (trace.enabled()) {
+      trace.add("allgather parameters", "comm", TraceRecorder::kComputeThread, gather_start,
+                gather_end,
+                fmt::format(R"({{"step":{},"bytes":{}}})", step, store.num_params() * 4));
+    }
+  }
+  return result;
+}
+
+std::vector<optim::StateTensor> DataParallel::checkpoint_state(const optim::Optimizer& optimizer) {
+  std::vector<optim::StateTensor> state = optimizer.state();
+  if (!sharded()) return state;
+  // Each rank holds its shard's state; the sum of the zero-filled expansions is the whole (every
+  // element is non-zero on one rank at most), the same layout as an unsharded run's.
+  for (optim::StateTensor& tensor : state) {
+    tensor.values = parallel::expand_state(optimizer.segments(), tensor.values,
+                                           context_.model.store().num_params());
+    comm_.allreduce(tensor.values.data(), static_cast<std::int64_t>(tensor.values.size()),
+                    DType::kF32, comm::ReduceOp::kSum);
+  }
+  return state;
+}
+
+void DataParallel::restore_state(std::vector<optim::StateTensor> state,
+                                 std::int64_t optimizer_steps, optim::Optimizer& optimizer,
+                                 const std::string& path) {
+  if (sharded()) {
+    // ZeRO-1: this rank's shard of the full state (a length mismatch is reported by load_state).
+    for (optim::StateTensor& tensor : state) {
+      if (std::ssize(tensor.values) == context_.model.store().num_params()) {
+        tensor.values = parallel::pack_state(optimizer.segments(), tensor.values);
+      }
+    }
+  }
+  Strategy::restore_state(std::move(state), optimizer_steps, optimizer, path);
+}
+
+std::vector<std::string> DataParallel::describe() const {
+  const auto& p = context_.config.parallel;
+  return {fmt::format(
+      "data parallel: {} ranks ({} per process), {}, {} gradient bucket(s): {}, overlap {}, "
+      "batch norm {}",
+      context_.world, p.workers,
+      sharded() ? "optimizer " + zero_.reason +
+                      (fused() ? " (ZeRO-1: update 1/P, allgather)"
+                               : " (ZeRO-1: ring reduce-scatter, update 1/P, allgather)") +
+                      ", gradient sums " + fused_.reason
+                : "allreduce " + p.allreduce + ", optimizer " + zero_.reason,
+      sync_->buckets().size(), fusion_.reason, overlap_.reason,
+      p.sync_batch_norm ? "synchronized" : "per rank")};
+}
+
+nlohmann::json DataParallel::summary(const RunTotalsView& totals) {
+  const auto& par = context_.config.parallel;
+  nlohmann::json ranks = totals.per_rank_rows();
+  double compute = 0.0, comm_seconds = 0.0, waiting = 0.0, sent = 0.0, received = 0.0;
+  for (const auto& row : ranks) {
+    compute += row["compute_seconds"].get<double>();
+    comm_seconds += row["comm_seconds"].get<double>();
+    waiting += row["wait_seconds"].get<double>();
+    sent += row["bytes_sent"].get<double>();
+    received += row["bytes_received"].get<double>();
+  }
+  const double p = static_cast<double>(context_.world);
+  return {{"strategy", name()},
+          {"ranks", context_.world},
+          {"workers_per_process", par.workers},
+          {"processes", context_.world / par.workers},
+          {"transport", std::string(comm_.transport().name())},
+          {"allreduce", par.allreduce},
+          {"fusion_bytes", fusion_.bytes},
+          {"fusion_bytes_setting", par.fusion_bytes},
+          {"buckets", sync_->buckets().size()},
+          {"overlap", overlap_.overlap},
+          {"overlap_setting", par.overlap},
+          {"zero_stage", sharded() ? 1 : 0},
+          {"zero_stage_setting", par.zero_stage},
+          {"fused_update", fused()},
+          {"fused_update_setting", par.fused_update},
+          {"sync_batch_norm", par.sync_batch_norm},
+          {"mean_compute_seconds", compute / p},
+          {"mean_comm_seconds", comm_seconds / p},
+          {"mean_wait_seconds", waiting / p},
+          {"bytes_sent", sent},
+          {"bytes_received", received},
+          {"bytes_sent_per_rank_and_step",
+           totals.steps > 0 ? sent / static_cast<double>(totals.steps) / p : 0.0},
+          {"per_rank", ranks}};
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,52 @@
+// Synchronous data parallelism (parallel.strategy = "allreduce"; docs/PARALLEL.md), as Horovod and
+// PyTorch DDP do it: every rank holds a replica, takes its share of each global batch through
+// forward and backward, and the ranks' gradients are summed bucket by bucket
+// (parallel::GradientSynchronizer: tensor fusion, overlap with backward) before one identical
+// update on every rank. With ZeRO-1 (zero_policy.h) each rank keeps the optimizer state of its
+// shard only: reduce-scatter, update 1/P, allgather the parameters; ranks that are threads may sum
+// their shard's gradients inside the update instead (fused_update_policy.h).
+//
+// Setup: the ranks check that config and parameter layout agree (the Trainer) and take rank 0's
+// parameters (broadcast). Checkpoints hold the whole optimizer state, in the layout of an unsharded
+// run (ZeRO-1 gathers its shards), so a run resumes sharded or not.
+#pragma once
+
+#include <memory>
+
+#include "dtrain/parallel/gradient_synchronizer.h"
+#include "dtrain/parallel/sync_batch_norm.h"
+#include "dtrain/train/strategies/data_parallel/fused_update_policy.h"
+#include "dtrain/train/strategies/data_parallel/fusion_policy.h"
+#include "dtrain/train/strategies/data_parallel/overlap_policy.h"
+#include "dtrain/train/strategies/data_parallel/zero_policy.h"
+#include "dtrain/train/strategy.h"
+
+namespace dtrain::train {
+
+class DataParallel final : public Strategy {
+ public:
+  // Collective over context.comm (which must be set): broadcasts rank 0's parameters.
+  explicit DataParallel(const StrategyContext& context);
+  std::string name() const override { return "allreduce"; }
+  std::vector<optim::Segment> optimizer_segments() const override;
+  StepResult step(const StepInput& input, optim::Optimizer& optimizer) override;
+  std::vector<optim::StateTensor> checkpoint_state(const optim::Optimizer& optimizer) override;
+  void restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
+                     optim::Optimizer& optimizer, const std::string& path) override;
+  std::vector<std::string> describe() const override;
+  nlohmann::json summary(const RunTotalsView& totals) override;
+
+ private:
+  bool sharded() const { return sync_->options().shard_optimizer; }
+  bool fused() const { return sync_->options().fused_update; }
+
+  comm::Communicator& comm_;
+  OverlapDecision overlap_;    // parallel.overlap resolved for this host
+  ZeroDecision zero_;          // parallel.zero_stage resolved for this run
+  FusedUpdateDecision fused_;  // parallel.fused_update resolved
+  FusionDecision fusion_;      // parallel.fusion_bytes resolved
+  std::unique_ptr<parallel::GradientSynchronizer> sync_;
+  std::unique_ptr<parallel::SyncBatchNormReducer> bn_reducer_;
+};
+
+}  // namespace dtrain::train

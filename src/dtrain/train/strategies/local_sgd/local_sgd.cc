@@ -1,0 +1,168 @@
+#include "dtrain/train/strategies/local_sgd/local_sgd.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string_view>
+
+#include "dtrain/base/error.h"
+#include "dtrain/parallel/rank_agreement.h"
+
+namespace dtrain::train {
+
+namespace {
+
+comm::Communicator& required_comm(const StrategyContext& context) {
+  if (context.comm == nullptr) throw InternalError("local SGD needs the ranks' communicator");
+  return *context.comm;
+}
+
+std::string rank_prefix(int rank) { return fmt::format("rank{}/", rank); }
+
+}  // namespace
+
+LocalSgd::LocalSgd(const StrategyContext& context)
+    : Strategy(context), comm_(required_comm(context)) {
+  parallel::broadcast_parameters(comm_, context.model.store());
+}
+
+double LocalSgd::average_bytes(std::int64_t parameters, int ranks) {
+  return 2.0 * (ranks - 1) / ranks * 4.0 * static_cast<double>(parameters);
+}
+
+StepResult LocalSgd::step(const StepInput& input, optim::Optimizer& optimizer) {
+  using Clock = TraceRecorder::Clock;
+  // The share's gradient as a 1/P part of the global batch (local_sgd.h).
+  const double scale_to =
+      static_cast<double>(input.global_count) / static_cast<double>(context_.world);
+  const LocalGradients::Result local =
+      context_.local.compute(input.x, input.labels, input.step, scale_to);
+  nn::ParamStore& store = context_.model.store();
+  const auto update_start = Clock::now();
+  optimizer.step(store.params(), store.grads(), input.lr);
+  if (context_.trace.enabled()) {
+    context_.trace.add("optimizer (local)", "compute", TraceRecorder::kComputeThread, update_start,
+                       Clock::now(), fmt::format(R"({{"step":{}}})", input.step));
+  }
+  StepResult result;
+  result.loss = static_cast<float>(
+      local.loss_sum / static_cast<double>(std::max<std::size_t>(input.labels.size(), 1)));
+  result.correct = local.correct;
+  ++local_steps_;
+  const auto& settings = context_.config.local_sgd;
+  const std::int64_t period = input.step < settings.synchronous_steps ? 1 : settings.period;
+  if (local_steps_ >= period) {
+    const auto start = Clock::now();
+    result.comm = average();
+    result.waiting = result.comm;
+    if (context_.trace.enabled()) {
+      context_.trace.add("average parameters", "comm", TraceRecorder::kComputeThread, start,
+                         Clock::now(),
+                         fmt::format(R"({{"step":{},"bytes":{}}})", input.step,
+                                     store.num_params() * 4));
+    }
+  }
+  return result;
+}
+
+void LocalSgd::end_epoch() {
+  if (local_steps_ > 0) average();
+}
+
+double LocalSgd::average() {
+  const auto start = std::chrono::steady_clock::now();
+  nn::ParamStore& store = context_.model.store();
+  const auto ranks = static_cast<float>(context_.world);
+  auto mean = [&](float* values, std::int64_t count) {
+    if (count == 0) return;
+    comm_.allreduce(values, count, DType::kF32, comm::ReduceOp::kSum);
+    for (std::int64_t i = 0; i < count; ++i) values[i] /= ranks;
+  };
+  mean(store.params(), store.num_params());
+  mean(store.buffers(), store.num_buffer_elements());  // batch-norm running statistics
+  local_steps_ = 0;
+  ++averages_;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::vector<optim::StateTensor> LocalSgd::checkpoint_state(const optim::Optimizer& optimizer) {
+  const std::vector<optim::StateTensor> mine = optimizer.state();
+  std::vector<optim::StateTensor> all;
+  for (const optim::StateTensor& tensor : mine) {
+    const auto count = static_cast<std::int64_t>(tensor.values.size());
+    std::vector<float> gathered(tensor.values.size() * static_cast<std::size_t>(context_.world));
+    comm_.allgather(tensor.values.data(), gathered.data(), count, DType::kF32);
+    for (int r = 0; r < context_.world; ++r) {
+      const auto begin = gathered.begin() + static_cast<std::ptrdiff_t>(r) * count;
+      all.push_back({rank_prefix(r) + tensor.name, std::vector<float>(begin, begin + count)});
+    }
+  }
+  return all;
+}
+
+void LocalSgd::restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
+                             optim::Optimizer& optimizer, const std::string& path) {
+  const std::string prefix = rank_prefix(context_.rank);
+  std::vector<optim::StateTensor> mine;
+  bool per_rank = false;
+  for (optim::StateTensor& tensor : state) {
+    if (tensor.name.rfind("rank", 0) == 0 && tensor.name.find('/') != std::string::npos) {
+      per_rank = true;
+    }
+    if (tensor.name.rfind(prefix, 0) == 0) {
+      mine.push_back({tensor.name.substr(prefix.size()), std::move(tensor.values)});
+    }
+  }
+  if (!per_rank) {
+    // A checkpoint of synchronous training: every replica starts from its (replicated) state.
+    Strategy::restore_state(std::move(state), optimizer_steps, optimizer, path);
+    return;
+  }
+  if (mine.empty()) {
+    throw CheckpointError(fmt::format(
+        "checkpoint {} holds local SGD optimizer state for fewer ranks than this run's {} (none "
+        "for rank {}); resume with the number of ranks that wrote it",
+        path, context_.world, context_.rank));
+  }
+  Strategy::restore_state(std::move(mine), optimizer_steps, optimizer, path);
+}
+
+std::vector<std::string> LocalSgd::describe() const {
+  const auto& settings = context_.config.local_sgd;
+  const std::int64_t n = context_.model.store().num_params();
+  return {fmt::format(
+      "local SGD: {} ranks, parameters averaged every {} local step(s){} by {} allreduce: "
+      "2 (P-1)/P x 4N / H = {:.0f} bytes sent per rank and step",
+      context_.world, settings.period,
+      settings.synchronous_steps > 0
+          ? fmt::format(" (every step for the first {})", settings.synchronous_steps)
+          : "",
+      comm_.options().allreduce_algorithm.empty() ? std::string("the default")
+                                                  : comm_.options().allreduce_algorithm,
+      average_bytes(n, context_.world) / static_cast<double>(settings.period))};
+}
+
+nlohmann::json LocalSgd::summary(const RunTotalsView& totals) {
+  const auto& settings = context_.config.local_sgd;
+  nlohmann::json ranks = totals.per_rank_rows();
+  double sent = 0.0;
+  for (const auto& row : ranks) sent += row["bytes_sent"].get<double>();
+  const double p = static_cast<double>(context_.world);
+  const double steps = static_cast<double>(std::max<std::int64_t>(totals.steps, 1));
+  const double per_average = average_bytes(context_.model.store().num_params(), context_.world);
+  return {{"strategy", name()},
+          {"ranks", context_.world},
+          {"transport", std::string(comm_.transport().name())},
+          {"period", settings.period},
+          {"synchronous_steps", settings.synchronous_steps},
+          {"averages", averages_},
+          {"bytes_per_average_formula", "2 (P-1)/P x 4N"},
+          {"bytes_sent_per_average_predicted", per_average},
+          {"bytes_sent_per_rank_and_step", sent / steps / p},
+          {"bytes_sent_per_rank_and_step_predicted",
+           per_average * static_cast<double>(averages_) / steps},
+          {"per_rank", ranks}};
+}
+
+}  // namespace dtrain::train

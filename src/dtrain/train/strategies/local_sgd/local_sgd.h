@@ -1,0 +1,60 @@
+// Local SGD (parallel.strategy = "local_sgd"; docs/LOCAL_SGD.md): Lin et al. 2018, "Don't use
+// large mini-batches, use local SGD"; PyTorch's PostLocalSGD. Each rank takes H =
+// local_sgd.period optimizer steps on its own replica with its share of each global batch, then
+// the replicas average their parameters (and batch-norm statistics) with one allreduce. Seed 004
+// counts the rounds of communication: synchronous SGD needs one per step (O(K) over K steps);
+// local SGD needs K / H.
+//
+// Each rank's gradient is its share's mean gradient scaled by P x share / B, as if the share were
+// a 1/P part of the global batch: with equal shares that is the share's plain mean, and for H = 1
+// with an optimizer linear in the gradient (SGD with momentum, Nesterov, weight decay) the average
+// of the P replicas' updates is exactly the synchronous update, every step, uneven shares included
+// (each replica's momentum is its own; their mean follows the synchronous momentum). Adam's update
+// is not linear, so H = 1 only approximates synchronous Adam.
+//
+// Averages run after every H-th local step, and after the epoch's last step whatever the count,
+// so that evaluation and checkpoints see one model. The first local_sgd.synchronous_steps steps
+// of the run average after every step (PostLocalSGD's warm-up: local steps early in training cost
+// accuracy).
+//
+// Cost per rank and average (ring allreduce of N parameters of 4 bytes): 2 (P-1)/P x 4N bytes
+// sent, 2(P-1) rounds; per step, that over H. Synchronous data parallelism sends the same bytes
+// every step.
+//
+// Checkpoints keep each rank's own optimizer state (momentum is local), gathered to rank 0 and
+// stored per rank ("rank3/momentum"); a resume needs the same number of ranks.
+#pragma once
+
+#include <cstdint>
+
+#include "dtrain/train/strategy.h"
+
+namespace dtrain::train {
+
+class LocalSgd final : public Strategy {
+ public:
+  // Collective over context.comm (which must be set): broadcasts rank 0's parameters.
+  explicit LocalSgd(const StrategyContext& context);
+  std::string name() const override { return "local_sgd"; }
+  StepResult step(const StepInput& input, optim::Optimizer& optimizer) override;
+  void end_epoch() override;
+  std::vector<optim::StateTensor> checkpoint_state(const optim::Optimizer& optimizer) override;
+  void restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
+                     optim::Optimizer& optimizer, const std::string& path) override;
+  std::vector<std::string> describe() const override;
+  nlohmann::json summary(const RunTotalsView& totals) override;
+
+  // The ring allreduce's bytes sent per rank for one average of `parameters` floats over `ranks`:
+  // 2 (P-1)/P x 4N (what summary.json prints beside the measurement).
+  static double average_bytes(std::int64_t parameters, int ranks);
+
+ private:
+  // Averages the replicas' parameters and buffers; returns the seconds it took.
+  double average();
+
+  comm::Communicator& comm_;
+  std::int64_t local_steps_ = 0;  // steps since the last average
+  std::int64_t averages_ = 0;     // averages this run
+};
+
+}  // namespace dtrain::train

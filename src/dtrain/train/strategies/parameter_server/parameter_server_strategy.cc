@@ -1,0 +1,100 @@
+#include "dtrain/train/strategies/parameter_server/parameter_server_strategy.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "dtrain/base/error.h"
+#include "dtrain/train/strategies/parameter_server/ps_run.h"
+#include "dtrain/train/strategies/parameter_server/ticket_plan.h"
+
+namespace dtrain::train {
+
+ParameterServerWorker::ParameterServerWorker(const StrategyContext& context, ps::Client& client)
+    : Strategy(context), client_(client) {
+  if (context.comm == nullptr) {
+    throw InternalError("parameter-server training needs the workers' communicator");
+  }
+  nn::ParamStore& store = context.model.store();
+  const ps::KeyRange all{0, store.num_params()};
+  if (client_.layout().total() != all.end) {
+    throw InternalError(fmt::format("parameter servers hold {} keys, the model has {} parameters",
+                                    client_.layout().total(), all.end));
+  }
+  if (context.rank == 0) client_.put(all, store.params());
+  context.comm->barrier();
+  client_.pull(all, store.params(), 0);
+}
+
+std::unique_ptr<SharePlan> ParameterServerWorker::share_plan(std::int64_t train_samples) const {
+  if (!ticketed()) return Strategy::share_plan(train_samples);
+  return std::make_unique<TicketPlan>(context_.config, context_.world, train_samples, client_);
+}
+
+StepResult ParameterServerWorker::step(const StepInput& input, optim::Optimizer& /*optimizer*/) {
+  using Clock = TraceRecorder::Clock;
+  const LocalGradients::Result local =
+      context_.local.compute(input.x, input.labels, input.step, input.global_count);
+  nn::ParamStore& store = context_.model.store();
+  const auto& p = context_.config.parallel;
+  const bool pull = p.consistency != "async" || (input.step + 1) % p.pull_every == 0;
+  const auto start = Clock::now();
+  const ps::PushResult pushed = client_.push(
+      {0, store.num_params()}, store.grads(),
+      {input.step, static_cast<std::int64_t>(input.labels.size()), input.global_count, input.lr},
+      pull ? store.params() : nullptr);
+  const auto end = Clock::now();
+  if (pushed.dropped) ++dropped_steps_;
+  if (context_.trace.enabled()) {
+    context_.trace.add(pull ? "push and pull" : "push", "comm", TraceRecorder::kComputeThread,
+                       start, end,
+                       fmt::format(R"({{"step":{},"dropped":{}}})", input.step, pushed.dropped));
+  }
+  StepResult result;
+  result.loss = static_cast<float>(
+      local.loss_sum / static_cast<double>(std::max<std::size_t>(input.labels.size(), 1)));
+  result.correct = local.correct;
+  result.waiting = std::chrono::duration<double>(end - start).count();
+  result.comm = result.waiting;
+  return result;
+}
+
+void ParameterServerWorker::before_evaluation() {
+  if (!ticketed()) return;  // bsp: the worker pulled this step's parameters
+  nn::ParamStore& store = context_.model.store();
+  client_.get({0, store.num_params()}, store.params());
+}
+
+std::vector<std::string> ParameterServerWorker::describe() const {
+  const auto& p = context_.config.parallel;
+  return {fmt::format(
+      "parameter servers: {} workers, {} servers, consistency {}{}{}{}", context_.world,
+      client_.layout().servers(), p.consistency,
+      p.consistency == "ssp" ? fmt::format(" (staleness <= {})", p.staleness) : "",
+      p.consistency == "async" && p.pull_every > 1
+          ? fmt::format(", pull every {} steps", p.pull_every)
+          : "",
+      p.backup_workers > 0 ? fmt::format(", {} backup worker(s)", p.backup_workers) : "")};
+}
+
+void ParameterServerWorker::finish(bool writer) {
+  if (writer) {
+    server_stats_ = client_.stop_with_stats();  // once every worker has stopped
+  } else {
+    client_.stop();
+  }
+}
+
+nlohmann::json ParameterServerWorker::summary(const RunTotalsView& totals) {
+  nlohmann::json out =
+      ps_summary(context_.config, context_.world, server_stats_, dropped_steps_);
+  // Worker 0's traffic to and from the servers, per step.
+  const double steps = static_cast<double>(std::max<std::int64_t>(totals.steps, 1));
+  out["bytes_sent_per_rank_and_step"] = static_cast<double>(client_.bytes_sent()) / steps;
+  out["bytes_received_per_rank_and_step"] = static_cast<double>(client_.bytes_received()) / steps;
+  if (collective()) out["per_rank"] = totals.per_rank_rows();
+  return out;
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,44 @@
+// A parameter-server worker (parallel.strategy = "ps"; docs/PS.md): forward and backward of its
+// share, then the gradients pushed to the servers, which apply the optimizer, and the parameters
+// pulled back (every step, or every parallel.pull_every steps with async). Which rank serves and
+// which works is ps_run.h's; this is the worker's side.
+//
+// consistency bsp: shares of a global batch, as data parallelism (and the same update).
+// async / ssp: batches are tickets (ticket_plan.h); the workers never wait for each other, so
+// worker 0 alone evaluates, on what the servers hold at that moment (its time counts as training
+// time: the others train on meanwhile).
+// No checkpoints: the optimizer state lives on the servers (ps_run.h refuses --resume).
+#pragma once
+
+#include <vector>
+
+#include "dtrain/ps/client.h"
+#include "dtrain/ps/server_stats.h"
+#include "dtrain/train/strategy.h"
+
+namespace dtrain::train {
+
+class ParameterServerWorker final : public Strategy {
+ public:
+  // Worker 0 puts its initial parameters on the servers, then every worker pulls them (collective
+  // over context.comm, the workers' communicator). `client` must outlive the strategy.
+  ParameterServerWorker(const StrategyContext& context, ps::Client& client);
+  std::string name() const override { return "ps"; }
+  std::unique_ptr<SharePlan> share_plan(std::int64_t train_samples) const override;
+  bool collective() const override { return !ticketed(); }
+  StepResult step(const StepInput& input, optim::Optimizer& optimizer) override;
+  void before_evaluation() override;
+  bool keeps_checkpoints() const override { return false; }
+  std::vector<std::string> describe() const override;
+  void finish(bool writer) override;
+  nlohmann::json summary(const RunTotalsView& totals) override;
+
+ private:
+  bool ticketed() const { return context_.config.parallel.consistency != "bsp"; }
+
+  ps::Client& client_;
+  std::int64_t dropped_steps_ = 0;  // bsp with backup workers: this worker's late gradients
+  std::vector<ps::ServerStats> server_stats_;  // worker 0, after finish()
+};
+
+}  // namespace dtrain::train

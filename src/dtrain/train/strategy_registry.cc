@@ -1,0 +1,80 @@
+#include "dtrain/train/strategy_registry.h"
+
+#include <fmt/format.h>
+
+#include "dtrain/base/error.h"
+#include "dtrain/train/strategies/data_parallel/data_parallel_strategy.h"
+#include "dtrain/train/strategies/hogwild/hogwild_run.h"
+#include "dtrain/train/strategies/local_sgd/local_sgd.h"
+#include "dtrain/train/strategies/parameter_server/ps_run.h"
+#include "dtrain/train/strategies/single_worker.h"
+#include "dtrain/train/trainer.h"
+
+namespace dtrain::train {
+
+namespace {
+
+// One worker (no communicator) needs no strategy that talks to other ranks.
+template <typename Parallel>
+std::unique_ptr<Strategy> replicas(const StrategyContext& context) {
+  if (context.comm == nullptr) return std::make_unique<SingleWorker>(context);
+  return std::make_unique<Parallel>(context);
+}
+
+std::vector<StrategyInfo> make_registry() {
+  std::vector<StrategyInfo> registry;
+  registry.push_back(StrategyInfo{
+      "allreduce",
+      "synchronous data parallelism, gradients averaged by an allreduce every step (buckets, "
+      "overlap, ZeRO-1)",
+      "docs/PARALLEL.md", replicas<DataParallel>, nullptr, nullptr, nullptr,
+      /*pin_ranks=*/true});
+  registry.push_back(StrategyInfo{
+      "ps",
+      "parameter servers: workers push gradients and pull parameters (bsp, async, ssp, backup "
+      "workers)",
+      "docs/PS.md", nullptr, ps_thread_ranks,
+      [](comm::Communicator& comm, const Config& config, const TrainerOptions& options,
+         const std::shared_ptr<const RunData>& data) {
+        return run_ps_rank(comm, config, options, data);
+      },
+      nullptr,
+      /*pin_ranks=*/false});
+  registry.push_back(StrategyInfo{"hogwild",
+                                  "lock-free threads updating one parameter vector (Hogwild!)",
+                                  "docs/HOGWILD.md", nullptr, nullptr, nullptr, run_hogwild,
+                                  /*pin_ranks=*/false});
+  registry.push_back(StrategyInfo{
+      "local_sgd",
+      "each rank takes local_sgd.period steps alone, then the replicas average their parameters "
+      "(local SGD)",
+      "docs/LOCAL_SGD.md", replicas<LocalSgd>, nullptr, nullptr, nullptr,
+      /*pin_ranks=*/true});
+  return registry;
+}
+
+}  // namespace
+
+const std::vector<StrategyInfo>& strategy_registry() {
+  static const std::vector<StrategyInfo> registry = make_registry();
+  return registry;
+}
+
+const StrategyInfo& find_strategy(std::string_view name) {
+  for (const StrategyInfo& info : strategy_registry()) {
+    if (info.name == name) return info;
+  }
+  throw ConfigError(fmt::format("parallel.strategy = \"{}\" is not a strategy; accepted: {}", name,
+                                strategy_names()));
+}
+
+std::string strategy_names() {
+  std::string names;
+  for (const StrategyInfo& info : strategy_registry()) {
+    if (!names.empty()) names += ", ";
+    names += info.name;
+  }
+  return names;
+}
+
+}  // namespace dtrain::train

@@ -64,8 +64,8 @@ class ParallelTrainingTest : public ::testing::Test {
   }
 
   // Rank 0's parameters (checked equal on every rank) after `ranks` workers train `config` with
-  // allreduce, as threads, in `run_dir` (a fresh folder when empty), continuing its latest
-  // checkpoint when `resume`.
+  // its strategy (allreduce by default), as threads, in `run_dir` (a fresh folder when empty),
+  // continuing its latest checkpoint when `resume`.
   std::vector<float> allreduce_training(Config config, int ranks, std::string run_dir = "",
                                         bool resume = false) {
     config.parallel.workers = ranks;

@@ -239,14 +239,7 @@ std::vector<Field> fields(Config& c) {
       {"schedule", "warmup_factor", &s.warmup_factor, "constant warmup: lr = factor * peak", 0, 1,
        true, false},
 
-      {"parallel",
-       "strategy",
-       &p.strategy,
-       strategy_key_help(),
-       -kInf,
-       kInf,
-       false,
-       false,
+      {"parallel", "strategy", &p.strategy, strategy_key_help(), -kInf, kInf, false, false,
        strategies},
       {"parallel", "workers", &p.workers,
        "data-parallel ranks as threads of each process (x processes under mpirun)", 1, kMaxWorkers},
@@ -747,12 +740,12 @@ void validate_impl(const Config& config, const Origins& origins,
         par.pull_every, where("parallel.pull_every")));
   }
   if ((par.strategy == "ps" || par.strategy == "local_sgd") && par.sync_batch_norm) {
-    throw ConfigError(fmt::format(
-        "config key 'parallel.sync_batch_norm' = true ({}) is for allreduce training; "
-        "parallel.strategy = \"{}\" keeps batch-norm statistics per rank ({})",
-        where("parallel.sync_batch_norm"), par.strategy,
-        par.strategy == "ps" ? "parameter servers hold only the trained parameters"
-                             : "local SGD averages them with the parameters"));
+    throw ConfigError(
+        fmt::format("config key 'parallel.sync_batch_norm' = true ({}) is for allreduce training; "
+                    "parallel.strategy = \"{}\" keeps batch-norm statistics per rank ({})",
+                    where("parallel.sync_batch_norm"), par.strategy,
+                    par.strategy == "ps" ? "parameter servers hold only the trained parameters"
+                                         : "local SGD averages them with the parameters"));
   }
   if (par.strategy == "ps" && config.optim.name == "lars") {
     throw ConfigError(fmt::format(

@@ -28,8 +28,7 @@ namespace dtrain::train {
 // never).
 comm::RankPinning rank_pinning(const Config& config) {
   if (env::get("DTRAIN_PIN_RANKS").has_value()) return comm::RankPinning::kFromEnvironment;
-  const bool alone =
-      find_strategy(config.parallel.strategy).pin_ranks && config.train.threads == 1;
+  const bool alone = find_strategy(config.parallel.strategy).pin_ranks && config.train.threads == 1;
   return alone ? comm::RankPinning::kWhenRanksFit : comm::RankPinning::kNever;
 }
 

@@ -9,10 +9,10 @@
 // parameters the forward reads out of the cache: the forward then reads what the last update (or
 // allgather) just wrote, and backward adds into lines just zeroed (docs/PERFORMANCE.md).
 //
-// Each micro-batch's loss gradient is weighted by its size / scale_to (the global batch), so that the sum over
-// micro-batches and ranks is the gradient of the global batch's mean loss. Dropout draws from
-// stream (step k + m) P + rank: with one rank and no accumulation that is `step`, as in a
-// single-worker run.
+// Each micro-batch's loss gradient is weighted by its size / scale_to (the global batch), so that
+// the sum over micro-batches and ranks is the gradient of the global batch's mean loss. Dropout
+// draws from stream (step k + m) P + rank: with one rank and no accumulation that is `step`, as in
+// a single-worker run.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +29,7 @@ namespace dtrain::train {
 
 class LocalGradients {
  public:
-  LocalGradients(const Config& config, nn::Model& model, int rank, int ranks,
-                 TraceRecorder& trace);
+  LocalGradients(const Config& config, nn::Model& model, int rank, int ranks, TraceRecorder& trace);
 
   struct Result {
     double loss_sum = 0.0;     // sum over the share's samples of their loss
@@ -38,11 +37,11 @@ class LocalGradients {
   };
   // Forward and backward of (x, labels) at global step `step`, adding into the model's gradients
   // (zeroed first), each micro-batch's loss gradient weighted by its size / scale_to (scale_to:
-  // the batch the share is a part of; a whole number except for local SGD's B / P). `after_layer`, when set, is passed to the last micro-batch's backward
-  // (data parallelism starts its bucket allreduces from it).
+  // the batch the share is a part of; a whole number except for local SGD's B / P). `after_layer`,
+  // when set, is passed to the last micro-batch's backward (data parallelism starts its bucket
+  // allreduces from it).
   Result compute(const tensor::Tensor& x, std::span<const std::int32_t> labels, std::int64_t step,
-                 double scale_to,
-                 const std::function<void(std::size_t layer)>& after_layer = {});
+                 double scale_to, const std::function<void(std::size_t layer)>& after_layer = {});
 
   // The configured loss (train.loss) of logits against labels, writing its gradient into
   // `dlogits` when not null.

@@ -14,11 +14,11 @@
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/data/dataset.h"
 #include "dtrain/data/shuffled_sampler.h"
-#include "dtrain/train/strategies/hogwild/hogwild_engine.h"
 #include "dtrain/train/launch.h"
 #include "dtrain/train/run_data.h"
 #include "dtrain/train/statistics.h"
 #include "dtrain/train/straggler.h"
+#include "dtrain/train/strategies/hogwild/hogwild_engine.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::train {

@@ -64,10 +64,10 @@ struct StepInput {
 };
 
 struct StepResult {
-  float loss = 0.0f;          // the share's mean loss
-  std::int64_t correct = 0;   // correctly classified samples of the share
-  double waiting = 0.0;       // seconds blocked on other ranks (or servers)
-  double comm = 0.0;          // seconds communication ran, overlapped with compute or not
+  float loss = 0.0f;         // the share's mean loss
+  std::int64_t correct = 0;  // correctly classified samples of the share
+  double waiting = 0.0;      // seconds blocked on other ranks (or servers)
+  double comm = 0.0;         // seconds communication ran, overlapped with compute or not
 };
 
 // What the Trainer measured over a run, for the strategy's part of summary.json.

@@ -34,8 +34,7 @@ struct StrategyInfo {
   std::function<int(const Config&)> thread_ranks;
   // A rank's whole part when it is more than one Trainer with `make` (parameter servers: a rank
   // serves or works); null: a Trainer with `make`. Returns rank 0's summary, nothing elsewhere.
-  std::function<std::optional<RunSummary>(comm::Communicator&, const Config&,
-                                          const TrainerOptions&,
+  std::function<std::optional<RunSummary>(comm::Communicator&, const Config&, const TrainerOptions&,
                                           const std::shared_ptr<const RunData>&)>
       run_rank;
   // The whole run, when its workers are not ranks of a communicator (Hogwild!: threads updating

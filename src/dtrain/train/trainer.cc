@@ -130,10 +130,10 @@ Trainer::Trainer(Config config, TrainerOptions options)
   } else {
     const StrategyInfo& info = find_strategy(config_.parallel.strategy);
     if (!info.make) {
-      throw InternalError(fmt::format(
-          "parallel.strategy = \"{}\" does not run one Trainer per rank; start it with "
-          "run_training (launch.h)",
-          info.name));
+      throw InternalError(
+          fmt::format("parallel.strategy = \"{}\" does not run one Trainer per rank; start it with "
+                      "run_training (launch.h)",
+                      info.name));
     }
     strategy_ = info.make(context);
   }
@@ -150,8 +150,8 @@ Trainer::~Trainer() = default;
 float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t> labels,
                           std::int64_t step, std::int64_t* correct, std::int64_t global_count) {
   if (global_count == 0) global_count = static_cast<std::int64_t>(labels.size()) * world_;
-  last_step_ = strategy_->step(StepInput{x, labels, step, global_count, schedule_->lr(step)},
-                               *optimizer_);
+  last_step_ =
+      strategy_->step(StepInput{x, labels, step, global_count, schedule_->lr(step)}, *optimizer_);
   if (correct != nullptr) *correct = last_step_.correct;
   return last_step_.loss;
 }
@@ -239,7 +239,8 @@ RunSummary Trainer::run() {
     }
     restore_into(checkpoint, model_->store(), path);
     std::vector<optim::StateTensor> state;
-    for (const auto& named : checkpoint.optimizer_state) state.push_back({named.name, named.values});
+    for (const auto& named : checkpoint.optimizer_state)
+      state.push_back({named.name, named.values});
     strategy_->restore_state(std::move(state), checkpoint.optimizer_steps, *optimizer_, path);
     start_epoch = checkpoint.sampler_epoch;
     start_position = checkpoint.sampler_position;

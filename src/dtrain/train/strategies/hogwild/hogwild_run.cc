@@ -11,9 +11,9 @@
 #include "dtrain/base/timer.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/train/atomic_file.h"
-#include "dtrain/train/strategies/hogwild/hogwild_engine.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/statistics.h"
+#include "dtrain/train/strategies/hogwild/hogwild_engine.h"
 
 namespace dtrain::train {
 namespace {

@@ -57,10 +57,9 @@ StepResult LocalSgd::step(const StepInput& input, optim::Optimizer& optimizer) {
     result.comm = average();
     result.waiting = result.comm;
     if (context_.trace.enabled()) {
-      context_.trace.add("average parameters", "comm", TraceRecorder::kComputeThread, start,
-                         Clock::now(),
-                         fmt::format(R"({{"step":{},"bytes":{}}})", input.step,
-                                     store.num_params() * 4));
+      context_.trace.add(
+          "average parameters", "comm", TraceRecorder::kComputeThread, start, Clock::now(),
+          fmt::format(R"({{"step":{},"bytes":{}}})", input.step, store.num_params() * 4));
     }
   }
   return result;
@@ -70,19 +69,33 @@ void LocalSgd::end_epoch() {
   if (local_steps_ > 0) average();
 }
 
+double LocalSgd::bytes_sent() const {
+  double bytes = 0.0;
+  for (const auto& [op, stats] : comm_.stats().snapshot()) {
+    bytes += static_cast<double>(stats.bytes_sent);
+  }
+  return bytes;
+}
+
 double LocalSgd::average() {
   const auto start = std::chrono::steady_clock::now();
+  const double sent_before = bytes_sent();
   nn::ParamStore& store = context_.model.store();
   const auto ranks = static_cast<float>(context_.world);
+  // The ranks compared their parameter layouts at start: the per-call header check (a round trip
+  // through rank 0) goes with parallel.check_headers, as for data parallelism's buckets.
+  comm::CollectiveOptions options;
+  options.check_header = context_.config.parallel.check_headers;
   auto mean = [&](float* values, std::int64_t count) {
     if (count == 0) return;
-    comm_.allreduce(values, count, DType::kF32, comm::ReduceOp::kSum);
+    comm_.allreduce(values, count, DType::kF32, comm::ReduceOp::kSum, options);
     for (std::int64_t i = 0; i < count; ++i) values[i] /= ranks;
   };
   mean(store.params(), store.num_params());
   mean(store.buffers(), store.num_buffer_elements());  // batch-norm running statistics
   local_steps_ = 0;
   ++averages_;
+  averaging_bytes_sent_ += bytes_sent() - sent_before;
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -148,6 +161,9 @@ nlohmann::json LocalSgd::summary(const RunTotalsView& totals) {
   nlohmann::json ranks = totals.per_rank_rows();
   double sent = 0.0;
   for (const auto& row : ranks) sent += row["bytes_sent"].get<double>();
+  // The ranks' averaging traffic, summed (collective: every rank calls summary()).
+  double averaging = averaging_bytes_sent_;
+  comm_.allreduce(&averaging, 1, DType::kF64, comm::ReduceOp::kSum);
   const double p = static_cast<double>(context_.world);
   const double steps = static_cast<double>(std::max<std::int64_t>(totals.steps, 1));
   const double per_average = average_bytes(context_.model.store().num_params(), context_.world);
@@ -157,10 +173,13 @@ nlohmann::json LocalSgd::summary(const RunTotalsView& totals) {
           {"period", settings.period},
           {"synchronous_steps", settings.synchronous_steps},
           {"averages", averages_},
-          {"bytes_per_average_formula", "2 (P-1)/P x 4N"},
-          {"bytes_sent_per_average_predicted", per_average},
+          // Every collective of the run (averages, evaluation, epoch sums, checkpoint gathers).
+          {"bytes_sent", sent},
           {"bytes_sent_per_rank_and_step", sent / steps / p},
-          {"bytes_sent_per_rank_and_step_predicted",
+          // The averages alone, measured, beside their formula.
+          {"averaging_bytes_sent_per_rank_and_step", averaging / steps / p},
+          {"averaging_bytes_formula", "2 (P-1)/P x 4N per average"},
+          {"averaging_bytes_sent_per_rank_and_step_predicted",
            per_average * static_cast<double>(averages_) / steps},
           {"per_rank", ranks}};
 }

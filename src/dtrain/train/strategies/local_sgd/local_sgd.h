@@ -52,9 +52,13 @@ class LocalSgd final : public Strategy {
   // Averages the replicas' parameters and buffers; returns the seconds it took.
   double average();
 
+  // Bytes this rank has sent over comm_, all collectives together.
+  double bytes_sent() const;
+
   comm::Communicator& comm_;
-  std::int64_t local_steps_ = 0;  // steps since the last average
-  std::int64_t averages_ = 0;     // averages this run
+  std::int64_t local_steps_ = 0;     // steps since the last average
+  std::int64_t averages_ = 0;        // averages this run
+  double averaging_bytes_sent_ = 0;  // by this rank, in those averages
 };
 
 }  // namespace dtrain::train

@@ -87,8 +87,7 @@ void ParameterServerWorker::finish(bool writer) {
 }
 
 nlohmann::json ParameterServerWorker::summary(const RunTotalsView& totals) {
-  nlohmann::json out =
-      ps_summary(context_.config, context_.world, server_stats_, dropped_steps_);
+  nlohmann::json out = ps_summary(context_.config, context_.world, server_stats_, dropped_steps_);
   // Worker 0's traffic to and from the servers, per step.
   const double steps = static_cast<double>(std::max<std::int64_t>(totals.steps, 1));
   out["bytes_sent_per_rank_and_step"] = static_cast<double>(client_.bytes_sent()) / steps;

@@ -11,6 +11,7 @@
 #include "dtrain/base/error.h"
 #include "dtrain/train/config.h"
 #include "dtrain/train/launch.h"
+#include "dtrain/train/strategy_registry.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::apps {
@@ -41,6 +42,7 @@ struct TrainFlags {
   std::int64_t staleness = -1;
   std::int64_t pull_every = 0;
   std::int64_t backup_workers = -1;
+  std::int64_t period = 0;
   bool quiet = false;
 };
 
@@ -66,6 +68,8 @@ Examples:
                --servers 2 --workers 6               # Downpour: 6 workers, 2 parameter servers
   dtrain train --config examples/fashion_mlp.toml --strategy ps --workers 4 --backup-workers 1 \
                --straggler rank=2,slowdown=5         # sync SGD using the first 3 of 4 gradients
+  dtrain train --config examples/fashion_mlp.toml --strategy local_sgd --period 4 --workers 2
+                                                     # local SGD: average every 4 steps
 
 Data parallelism: train.batch_size is the global batch, split over the ranks; gradients are
 averaged with the chosen allreduce in buckets of --fusion-bytes, overlapped with backward when
@@ -78,6 +82,9 @@ is synchronous (the same update as allreduce), async applies each gradient as it
 pull every --pull-every steps), ssp lets a worker run at most --staleness steps ahead of the
 slowest. Under mpirun the job's last --servers ranks serve; --colocate-servers puts the servers on
 the first workers instead (a rank is then both).
+
+Local SGD (--strategy local_sgd, docs/LOCAL_SGD.md): each rank takes --period steps on its own
+replica, then the replicas average their parameters: 1/H of synchronous training's traffic.
 
 Outputs (in --out, default runs/<config name>-<YYYYmmdd-HHMMSS>):
   resolved.toml            the full configuration, defaults included (re-run with --config)
@@ -115,6 +122,7 @@ int run_train(const TrainFlags& flags) {
     overrides.push_back(fmt::format("parallel.fused_update=\"{}\"", flags.fused_update));
   }
   if (flags.sync_bn) overrides.push_back("parallel.sync_batch_norm=true");
+  if (flags.period > 0) overrides.push_back(fmt::format("local_sgd.period={}", flags.period));
   if (!flags.straggler.empty()) {
     overrides.push_back(fmt::format("parallel.straggler=\"{}\"", flags.straggler));
   }
@@ -188,9 +196,11 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--workers,-w", flags->workers,
                   "data-parallel ranks as threads (shortcut for --set parallel.workers=N)")
       ->check(at_least(1));
-  sub->add_option("--strategy", flags->strategy,
-                  "how the workers share the model: allreduce (default), ps (parameter servers, "
-                  "docs/PS.md) or hogwild (lock-free threads, docs/HOGWILD.md)");
+  std::string strategies = "how the workers share the model (parallel.strategy):";
+  for (const train::StrategyInfo& info : train::strategy_registry()) {
+    strategies += fmt::format("\n  {:<10} {} ({})", info.name, info.summary, info.docs);
+  }
+  sub->add_option("--strategy", flags->strategy, strategies)->type_name("NAME");
   sub->add_option(
       "--allreduce", flags->allreduce,
       "gradient allreduce algorithm (ring, tree, halving-doubling, ...; `dtrain config` "
@@ -251,6 +261,9 @@ Command add_train_command(CLI::App& app) {
                   "--strategy ps --consistency bsp: each step uses the first workers - N "
                   "gradients and drops the late ones")
       ->check(at_least(0));
+  sub->add_option("--period", flags->period,
+                  "--strategy local_sgd: local steps between parameter averages (local_sgd.period)")
+      ->check(at_least(1));
   sub->add_flag("--quiet,-q", flags->quiet, "no progress output (errors are still printed)");
   resume->excludes(config)->excludes(out);
   sub->callback([flags, config, resume] {

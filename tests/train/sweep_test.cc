@@ -113,6 +113,16 @@ TEST(SweepModes, ExpandToTheirKeysAndRejectUnknownOnes) {
   EXPECT_THROW(mode_overrides("hogwash"), ConfigError);
 }
 
+// Colocated servers run on the workers' ranks: the sweep counts the ranks the launcher starts.
+TEST_F(SweepTest, ColocatedServersAreNotCountedAsRanks) {
+  Config base = tiny();
+  base.parallel.workers = 2;
+  base.parallel.colocate_servers = true;
+  const SweepResult result = run_sweep(base, {parse_sweep_axis("mode=sync")}, root_.string());
+  ASSERT_EQ(result.rows.size(), 1u);
+  EXPECT_EQ(result.rows[0].ranks, 2);
+}
+
 TEST_F(SweepTest, ComparesTheWaysOfTrainingUnderOneStraggler) {
   Config base = tiny();
   base.parallel.workers = 3;

@@ -1,6 +1,6 @@
 // Optimizer: one update rule applied to [offset, offset + numel) ranges of the flat parameter and
-// gradient buffers (nn::ParamStore lays every tensor out back to back; see docs/DESIGN.md, "One
-// flat buffer").
+// gradient buffers (nn::ParamStore lays every tensor out back to back; see docs/ARCHITECTURE.md,
+// "The flat buffer").
 //
 // optim never sees a model: a caller describes the tensors it owns by Segments (name, offset,
 // numel, weight_decay), which is all a whole model, a gradient bucket, a ZeRO shard or a pipeline

@@ -57,7 +57,7 @@ struct DataParallelOptions {
   // finish() only waits at a barrier, and reduce_and_update() updates this rank's shard with the
   // sum of every rank's gradient buffer, read in place in the update's own loop
   // (optim::Optimizer::step_range), so the summed gradient is never stored
-  // (train/fused_update_policy.h). The sums run in the ring reduce-scatter's order, so the numbers
+  // (train/strategies/data_parallel/fused_update_policy.h). The sums run in the ring reduce-scatter's order, so the numbers
   // are the reduce-scatter's bit for bit.
   bool fused_update = false;
 };

@@ -221,14 +221,6 @@ comm::Work Client::push_async(KeyRange range, const float* grads, const PushInfo
   return submit("push", [this, range, grads, info, params] { push(range, grads, info, params); });
 }
 
-comm::Work Client::pull_async(KeyRange range, float* out, std::int64_t clock) {
-  return submit("pull", [this, range, out, clock] { pull(range, out, clock); });
-}
-
-comm::Work Client::put_async(KeyRange range, const float* values) {
-  return submit("put", [this, range, values] { put(range, values); });
-}
-
 comm::Work Client::get_async(KeyRange range, float* out) {
   return submit("get", [this, range, out] { get(range, out); });
 }

@@ -1,6 +1,7 @@
 // A worker's side of the parameter servers: push gradients, pull parameters, and the key-value
 // view (put, get, add) over the flat parameter vector, split by ShardLayout over the servers and
-// sent to all of them at once. Each operation has a blocking form and an *_async form returning a
+// sent to all of them at once. Each operation has a blocking form; push, get and add also have an
+// *_async form returning a
 // comm::Work (run in order on the client's own thread); operations never overlap on the wire: one
 // request per server in flight, which is what pairs each reply with its request (protocol.h).
 //
@@ -77,8 +78,6 @@ class Client {
 
   comm::Work push_async(KeyRange range, const float* grads, const PushInfo& info,
                         float* params = nullptr);
-  comm::Work pull_async(KeyRange range, float* out, std::int64_t clock = 0);
-  comm::Work put_async(KeyRange range, const float* values);
   comm::Work get_async(KeyRange range, float* out);
   comm::Work add_async(KeyRange range, const float* values);
 

@@ -243,12 +243,15 @@ std::vector<Field> fields(Config& c) {
        strategies},
       {"parallel", "workers", &p.workers,
        "data-parallel ranks as threads of each process (x processes under mpirun)", 1, kMaxWorkers},
-      {"parallel", "allreduce", &p.allreduce, "gradient allreduce algorithm", -kInf, kInf, false,
-       false, algorithms},
+      {"parallel", "allreduce", &p.allreduce,
+       "the allreduce algorithm of strategy allreduce's gradients and local_sgd's parameter "
+       "averages",
+       -kInf, kInf, false, false, algorithms},
       {"parallel",
        "fusion_bytes",
        &p.fusion_bytes,
-       "gradient bucket size in bytes (tensor fusion); 0 = one allreduce per tensor; auto: 1 MiB "
+       "strategy allreduce: gradient bucket size in bytes (tensor fusion); 0 = one allreduce per "
+       "tensor; auto: 1 MiB "
        "buckets with overlap, one bucket without (docs/PARALLEL.md)",
        0,
        kInf,
@@ -259,7 +262,8 @@ std::vector<Field> fields(Config& c) {
       {"parallel",
        "overlap",
        &p.overlap,
-       "start bucket allreduces while backward runs (auto: when every rank's compute threads and "
+       "strategy allreduce: start bucket allreduces while backward runs (auto: when every rank's "
+       "compute threads and "
        "communication thread fit on the CPUs; docs/PARALLEL.md)",
        -kInf,
        kInf,
@@ -267,7 +271,7 @@ std::vector<Field> fields(Config& c) {
        false,
        {"auto", "true", "false"}},
       {"parallel", "sync_batch_norm", &p.sync_batch_norm,
-       "batch-norm statistics over all ranks (default: each rank's own)"},
+       "strategy allreduce: batch-norm statistics over all ranks (default: each rank's own)"},
       {"parallel", "stall_warning_seconds", &p.stall_warning_seconds,
        "warn when a gradient bucket has waited this long for other ranks", 0, kInf, true},
       {"parallel", "comm_timeout_seconds", &p.comm_timeout_seconds,
@@ -275,12 +279,14 @@ std::vector<Field> fields(Config& c) {
       int_at_least("parallel", "trace_steps", &p.trace_steps,
                    "steps recorded in trace.json (0 = no trace)", 0),
       {"parallel", "check_headers", &p.check_headers,
-       "check each gradient allreduce's arguments across ranks (a round trip through rank 0; "
+       "strategies allreduce, local_sgd: check each gradient (or parameter) allreduce's arguments "
+       "across ranks (a round trip through rank 0; "
        "layouts are compared at start either way)"},
       {"parallel",
        "zero_stage",
        &p.zero_stage,
-       "ZeRO stage: 0 replicates the optimizer on every rank (DDP); 1 shards its state and update "
+       "strategy allreduce: ZeRO stage: 0 replicates the optimizer on every rank (DDP); 1 shards "
+       "its state and update "
        "over the ranks (reduce-scatter gradients, update 1/P, allgather parameters); auto: 1 with "
        "more than one rank, ring allreduce and an element-wise optimizer (docs/PARALLEL.md)",
        -kInf,
@@ -291,7 +297,8 @@ std::vector<Field> fields(Config& c) {
       {"parallel",
        "fused_update",
        &p.fused_update,
-       "ZeRO-1 with ranks as threads: sum each shard's gradients over the ranks inside the "
+       "strategy allreduce, ZeRO-1 with ranks as threads: sum each shard's gradients over the "
+       "ranks inside the "
        "optimizer update, reading the other ranks' buffers in place, instead of a reduce-scatter; "
        "auto: where the optimizer is sharded, buckets do not overlap, ranks share memory and the "
        "optimizer is sgd, adam or adamw (docs/PARALLEL.md)",

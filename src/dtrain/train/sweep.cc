@@ -10,6 +10,7 @@
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/launch.h"
+#include "dtrain/train/strategy_registry.h"
 #include "dtrain/train/straggler.h"
 
 namespace dtrain::train {
@@ -40,11 +41,13 @@ std::string point_name(const std::vector<SweepAxis>& axes, const std::vector<std
   return name.empty() ? "base" : name;
 }
 
-// The ranks of a run: threads per process (there is one process when sweeping), with the
-// parameter servers' ranks.
+// The ranks of a run as the launcher starts them (one process when sweeping): the strategy's
+// thread ranks, which count parameter servers only when they are ranks of their own (not with
+// parallel.colocate_servers).
 int ranks_of(const Config& config) {
-  const bool ps = config.parallel.strategy == "ps";
-  return static_cast<int>(config.parallel.workers + (ps ? config.parallel.servers : 0));
+  const StrategyInfo& strategy = find_strategy(config.parallel.strategy);
+  return strategy.thread_ranks ? strategy.thread_ranks(config)
+                               : static_cast<int>(config.parallel.workers);
 }
 
 // The count after "name=" in a mode ("backup=2" -> 2); ConfigError when it is not one.

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "dtrain/base/error.h"
 #include "dtrain/base/thread_pool.h"
@@ -309,7 +310,8 @@ Command add_bench_command(CLI::App& app) {
   train_cmd->add_option("--warmup", flags->train.warmup_steps, "untimed steps first")
       ->capture_default_str();
   train_cmd->add_option("--repeats", flags->train.repeats, "timed repeats (median reported)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(1));
   train_cmd->add_flag("--json", flags->json, "print a JSON list of rows instead of a table");
 
   CLI::App* scaling_cmd = bench->add_subcommand(
@@ -352,7 +354,8 @@ Command add_bench_command(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   gemm_cmd->add_option("--repeats", flags->gemm_repeats, "timed repeats (median reported)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(1));
   gemm_cmd->add_flag("--json", flags->json, "print a JSON list of rows instead of a table");
 
   CLI::App* coll_cmd = bench->add_subcommand(

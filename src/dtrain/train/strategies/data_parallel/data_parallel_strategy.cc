@@ -158,7 +158,9 @@ std::vector<std::string> DataParallel::describe() const {
                       ", gradient sums " + fused_.reason
                 : "allreduce " + p.allreduce + ", optimizer " + zero_.reason,
       sync_->buckets().size(), fusion_.reason, overlap_.reason,
-      p.sync_batch_norm ? "synchronized" : "per rank")};
+      context_.model.store().num_buffer_elements() == 0 ? "none in the model"
+      : p.sync_batch_norm                               ? "synchronized"
+                                                        : "per rank")};
 }
 
 nlohmann::json DataParallel::summary(const RunTotalsView& totals) {

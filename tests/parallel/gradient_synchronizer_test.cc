@@ -10,6 +10,7 @@
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/nn/model_zoo.h"
 #include "dtrain/optim/optimizer.h"
+#include "dtrain/parallel/reducers/zero1_reducer.h"
 
 namespace dtrain::parallel {
 namespace {
@@ -107,7 +108,7 @@ TEST(GradientSynchronizer, WithoutOverlapNothingIsLaunchedDuringBackward) {
 namespace dtrain::parallel {
 namespace {
 
-// fused_update (gradient_synchronizer.h): a barrier, then reduce_and_update sums every rank's
+// The fused ZeRO-1 reducer (reducers/zero1_reducer.h): a barrier, then update() sums every rank's
 // gradients inside the update, in the ring's order: the parameters and momentum equal a
 // reduce-scatter followed by step() bit for bit, over several steps, for P = 1..4. Runs under TSan
 // (the reads of other ranks' buffers are ordered by the barrier and the allgather).
@@ -136,13 +137,13 @@ TEST(GradientSynchronizer, FusedUpdateEqualsReduceScatterThenStep) {
         auto plain_model = small_mlp();
         DataParallelOptions options;
         options.overlap = false;
-        options.shard_optimizer = true;
+        options.reducer = zero1_reducer();
         DataParallelOptions fused_options = options;
-        fused_options.fused_update = true;
+        fused_options.reducer = fused_zero1_reducer();
         GradientSynchronizer fused(comm, *fused_model, fused_options);
         GradientSynchronizer plain(comm, *plain_model, options);
-        auto fused_optimizer = optim::make_optimizer(config, fused.shard_segments());
-        auto plain_optimizer = optim::make_optimizer(config, plain.shard_segments());
+        auto fused_optimizer = optim::make_optimizer(config, fused.update_segments());
+        auto plain_optimizer = optim::make_optimizer(config, plain.update_segments());
         for (int step = 0; step < 3; ++step) {
           for (nn::Model* model : {fused_model.get(), plain_model.get()}) {
             float* g = model->store().grads();
@@ -153,7 +154,7 @@ TEST(GradientSynchronizer, FusedUpdateEqualsReduceScatterThenStep) {
           }
           fused.begin_step();
           fused.finish();
-          fused.reduce_and_update(*fused_optimizer, fused_model->store().params(), 0.1);
+          fused.update(*fused_optimizer, 0.1);
           fused.gather_parameters();
           plain.begin_step();
           plain.finish();

@@ -11,11 +11,10 @@
 //
 // Forward with more outputs than samples (out > B) computes the transposed product
 // y^T (out, B) = W x^T + b and transposes it into y (tensor/transpose.h, 2 x B x out x 4 bytes).
-// OpenBLAS 0.3.21 runs that shape faster on the development VM: at 784 -> 256, 275 -> 263 us at
-// B = 64 and 516 -> 509 us at B = 128, transpose included; 1024 -> 1024 at B = 64 1918 -> 1418 us;
-// with out <= B it is slower (1024 -> 10 at B = 128: 56 -> 108 us). Medians of 800 calls on one
-// core, docs/PERFORMANCE.md "Ninth session". Each output is the same sum in the same order either
-// way (OpenBLAS blocks K identically), so the two paths give bitwise-equal outputs.
+// OpenBLAS 0.3.21 runs that shape faster, transpose included, and the plain one faster when
+// out <= B (the figures: docs/PERFORMANCE.md, "Ninth session"). Each output is the same sum in the
+// same order either way (OpenBLAS blocks K identically), so the two paths give bitwise-equal
+// outputs.
 #pragma once
 
 #include <cstdint>

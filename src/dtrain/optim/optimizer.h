@@ -81,7 +81,7 @@ class Optimizer {
   // One update in parts, where updates_in_parts(name): step_range updates the elements
   // [begin, end) of the parameter buffer that lie in this optimizer's segments, each with the
   // gradient grads[0][i] + grads[1][i] + ... (summed in that order; every buffer laid out like
-  // params), in the same loop as the update: parallel::GradientSynchronizer passes every rank's
+  // params), in the same loop as the update: parallel::FusedZero1Reducer passes every rank's
   // gradient buffer, so the summed gradient is never stored. finish_step() then counts the update.
   // Parts must not overlap; with one buffer they give the same bits as step(). LARS's
   // step_range throws InternalError: its trust ratio needs whole tensors.

@@ -7,7 +7,7 @@
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
 #include "dtrain/comm/comm_error.h"
-#include "dtrain/parallel/optimizer_shards.h"
+#include "dtrain/parallel/reducers/allreduce_reducer.h"
 
 namespace dtrain::parallel {
 
@@ -20,86 +20,35 @@ GradientSynchronizer::GradientSynchronizer(comm::Communicator& comm, nn::Model& 
                                      options_.fusion_bytes)) {
   works_.reserve(buckets_.size());
   timings_.resize(buckets_.size());
-  collective_.algorithm = options_.algorithm;
-  collective_.check_header = options_.check_headers;
-  block_collective_ = collective_;
-  block_collective_.algorithm.clear();  // the block collectives have one algorithm (ring)
-  if (options_.shard_optimizer) {
-    shard_ =
-        parallel::shard_segments(model.store().param_entries(), buckets_, comm.rank(), comm.size());
+  comm::CollectiveOptions collective;
+  collective.algorithm = options_.algorithm;
+  collective.check_header = options_.check_headers;
+  barrier_options_ = collective;
+  barrier_options_.algorithm.clear();  // a barrier has one algorithm
+  const ReducerFactory& make = options_.reducer ? options_.reducer : allreduce_reducer();
+  reducer_ = make(ReducerContext{comm, model, buckets_, collective});
+  if (!reducer_->per_bucket() && options_.overlap) {
+    throw InternalError(fmt::format(
+        "GradientSynchronizer: the {} reducer exchanges nothing per bucket, so it cannot overlap "
+        "with backward; turn overlap off",
+        reducer_->collective()));
   }
-  if (options_.fused_update) {
-    if (!options_.shard_optimizer || options_.overlap || !comm.shares_memory()) {
-      throw InternalError(
-          "GradientSynchronizer: fused_update needs shard_optimizer, no overlap and ranks that "
-          "share memory");
-    }
-    // The buffers outlive their ranks' threads (exchange_addresses): a rank whose barrier timed
-    // out unwinds while the others, past it, may still read its gradients.
-    const std::vector<const void*> addresses =
-        comm.exchange_addresses(model.store().grads(), model.store().grads_storage());
-    // The ring reduce-scatter's order (comm/algorithms/reduce_scatter_ring.cc): block r starts
-    // at rank r + 1 and gathers one rank per hop, this rank's own last, so the sums are the
-    // reduce-scatter's bit for bit whatever the number of ranks.
-    const int ranks = comm.size();
-    for (int k = 1; k <= ranks; ++k) {
-      const auto from = static_cast<std::size_t>((comm.rank() + k) % ranks);
-      rank_grads_.push_back(static_cast<const float*>(addresses[from]));
-    }
-  }
-}
-
-const char* GradientSynchronizer::gradient_collective() const {
-  if (options_.fused_update) return "fused reduce";
-  return options_.shard_optimizer ? "reduce-scatter" : "allreduce";
-}
-
-void GradientSynchronizer::reduce_and_update(optim::Optimizer& optimizer, float* params,
-                                             double lr) {
-  if (!options_.fused_update) {
-    throw InternalError("GradientSynchronizer::reduce_and_update without fused_update");
-  }
-  for (const optim::Segment& piece : shard_) {
-    optimizer.step_range(params, rank_grads_, lr, piece.offset, piece.offset + piece.numel);
-  }
-  optimizer.finish_step();
 }
 
 void GradientSynchronizer::reduce(std::size_t bucket, bool async) {
   const GradientBucket& b = buckets_[bucket];
   float* grads = model_.store().grads() + b.offset;
-  if (options_.shard_optimizer) {
-    if (async) {
-      works_.push_back(comm_.reduce_scatter_blocks_async(grads, b.count, DType::kF32,
-                                                         comm::ReduceOp::kSum, block_collective_));
-    } else {
-      comm_.reduce_scatter_blocks(grads, b.count, DType::kF32, comm::ReduceOp::kSum,
-                                  block_collective_);
-    }
-  } else if (async) {
-    works_.push_back(
-        comm_.allreduce_async(grads, b.count, DType::kF32, comm::ReduceOp::kSum, collective_));
+  if (async) {
+    works_.push_back(reducer_->reduce_async(b, grads));
   } else {
-    comm_.allreduce(grads, b.count, DType::kF32, comm::ReduceOp::kSum, collective_);
+    reducer_->reduce(b, grads);
   }
 }
 
 std::pair<BucketTiming::Clock::time_point, BucketTiming::Clock::time_point>
 GradientSynchronizer::gather_parameters() {
-  if (!options_.shard_optimizer) {
-    throw InternalError("GradientSynchronizer::gather_parameters without shard_optimizer");
-  }
   const auto start = BucketTiming::Clock::now();
-  for (std::size_t i = 0; i < buckets_.size(); ++i) {
-    const GradientBucket& b = buckets_[i];
-    try {
-      comm_.allgather_blocks(model_.store().params() + b.offset, b.count, DType::kF32,
-                             block_collective_);
-    } catch (const Error& e) {
-      throw comm::CommError(fmt::format("rank {}: allgather of parameter bucket {} ({}): {}",
-                                        comm_.rank(), i, b.name, e.what()));
-    }
-  }
+  reducer_->gather_parameters();
   return {start, BucketTiming::Clock::now()};
 }
 
@@ -156,15 +105,15 @@ void GradientSynchronizer::wait_for(std::size_t bucket) {
 }
 
 void GradientSynchronizer::finish() {
-  if (options_.fused_update) {
+  if (!reducer_->per_bucket()) {
     // Every rank has finished backward once the barrier returns, and its messages order those
-    // gradient writes before reduce_and_update's reads.
+    // gradient writes before the reducer's update reads them.
     const auto start = BucketTiming::Clock::now();
     try {
-      comm_.barrier(block_collective_);
+      comm_.barrier(barrier_options_);
     } catch (const Error& e) {
-      throw comm::CommError(fmt::format(
-          "rank {}: barrier before the fused reduce of the gradients: {}", comm_.rank(), e.what()));
+      throw comm::CommError(fmt::format("rank {}: barrier before the {} of the gradients: {}",
+                                        comm_.rank(), reducer_->collective(), e.what()));
     }
     const auto end = BucketTiming::Clock::now();
     for (auto& t : timings_) t.launched = t.started = t.finished = end;

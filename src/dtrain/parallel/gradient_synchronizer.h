@@ -1,20 +1,24 @@
-// Averages the flat gradient buffer over the ranks of a communicator, bucket by bucket, overlapping
-// the allreduces with backward (Horovod's tensor fusion + PyTorch DDP's bucketed overlap).
+// Schedules the exchange of the flat gradient buffer, bucket by bucket, overlapping it with
+// backward (Horovod's tensor fusion + PyTorch DDP's bucketed overlap). What each bucket's exchange
+// is, and how the update uses it, is the GradientReducer's (gradient_reducer.h: allreduce, ZeRO-1,
+// fused ZeRO-1; later compressed and robust ones), as DDP's communication hooks are.
 //
 // One step:  begin_step()  ->  Model::backward(dy, [&](i) { on_layer_done(i); })  ->  finish()
-// on_layer_done(i) launches, on the communicator's background thread (allreduce_async), every
+//            ->  update(optimizer, lr)  ->  gather_parameters() when the reducer is sharded
+// on_layer_done(i) launches, on the communicator's background thread (reduce_async), every
 // bucket whose gradients became final with layer i, while backward goes on computing layers below
 // i; finish() launches what is left (everything, with overlap off) and waits for all buckets.
 // Launch order is the same on every rank (buckets in reverse parameter order, each launched after
 // the same layer), which is what keeps the collectives' sequence numbers in step across ranks.
-// With overlap off, finish() reduces the buckets itself with blocking calls, in the same order.
+// With overlap off, finish() reduces the buckets itself with blocking calls, in the same order. A
+// reducer that exchanges nothing per bucket (fused ZeRO-1) makes finish() a barrier.
 //
-// The allreduce is a sum: the caller scales its loss gradient so that the sum over ranks is the
+// The exchange is a sum: the caller scales its loss gradient so that the sum over ranks is the
 // gradient of the global batch's mean loss (dy x count_r / global_count), which makes uneven shards
 // exact too.
 //
 // Timing (for the trace and the compute / communication / waiting split): async collectives run one
-// at a time in submission order, so a bucket's allreduce ran from max(its launch, the previous
+// at a time in submission order, so a bucket's exchange ran from max(its launch, the previous
 // bucket's end) to its end (Work::finished_at()); waiting is the time finish() blocked.
 #pragma once
 
@@ -30,6 +34,7 @@
 #include "dtrain/nn/model.h"
 #include "dtrain/optim/optimizer.h"
 #include "dtrain/parallel/gradient_buckets.h"
+#include "dtrain/parallel/gradient_reducer.h"
 
 namespace dtrain::parallel {
 
@@ -48,18 +53,8 @@ struct DataParallelOptions {
   // per bucket. The buckets agree by construction once the ranks have compared their parameter
   // layouts (rank_agreement.h), so it can go; the deadline still ends any stall.
   bool check_headers = true;
-  // ZeRO stage 1 (optimizer_shards.h): reduce-scatter each bucket instead of allreducing it, so
-  // that rank r holds the summed gradients of block r of every bucket; the caller updates those
-  // blocks only (shard_segments()) and then calls gather_parameters(). Uses ring collectives
-  // whatever `algorithm` says.
-  bool shard_optimizer = false;
-  // With shard_optimizer, no overlap and ranks that share memory (Communicator::shares_memory):
-  // finish() only waits at a barrier, and reduce_and_update() updates this rank's shard with the
-  // sum of every rank's gradient buffer, read in place in the update's own loop
-  // (optim::Optimizer::step_range), so the summed gradient is never stored
-  // (train/strategies/data_parallel/fused_update_policy.h). The sums run in the ring reduce-scatter's order, so the numbers
-  // are the reduce-scatter's bit for bit.
-  bool fused_update = false;
+  // What each bucket's exchange is (gradient_reducer.h); null: allreduce_reducer().
+  ReducerFactory reducer;
 };
 
 struct BucketTiming {
@@ -87,37 +82,30 @@ class GradientSynchronizer {
   // Seconds finish() blocked in the last step.
   double wait_seconds() const { return wait_seconds_; }
 
-  // With shard_optimizer: this rank's part of the parameters (optimizer segments), and the
-  // allgather of every bucket's parameter blocks after the sharded update (blocking, on the
-  // calling thread); returns its start and end for the trace. Rethrows with the bucket named.
-  const std::vector<optim::Segment>& shard_segments() const { return shard_; }
+  const GradientReducer& reducer() const { return *reducer_; }
+  // What each bucket's gradients go through ("allreduce", "reduce-scatter", "fused reduce").
+  const char* gradient_collective() const { return reducer_->collective(); }
+  // The parameter ranges this rank's optimizer updates (reducer_->update_segments()).
+  std::vector<optim::Segment> update_segments() const { return reducer_->update_segments(); }
+  // After finish(): the update with the reduced gradients, by `optimizer` (built over
+  // update_segments()).
+  void update(optim::Optimizer& optimizer, double lr) { reducer_->update(optimizer, lr); }
+  // After update(), with a sharded reducer: the parameter allgather (blocking, on the calling
+  // thread); returns its start and end for the trace. Rethrows with the bucket named.
   std::pair<BucketTiming::Clock::time_point, BucketTiming::Clock::time_point> gather_parameters();
-  // "allreduce" or "reduce-scatter": what each bucket's gradients go through ("fused reduce"
-  // with fused_update).
-  const char* gradient_collective() const;
-
-  // fused_update only, after finish(): one update of this rank's shard by `optimizer` (built over
-  // shard_segments(), one that optim::updates_in_parts) with the gradients summed over the ranks;
-  // counts the step. Reads every rank's gradient buffer, which no rank writes again before the
-  // gather_parameters() that follows: each rank sends its parameter block there only after its
-  // own update, and no rank leaves that allgather before it has every other rank's block.
-  void reduce_and_update(optim::Optimizer& optimizer, float* params, double lr);
 
  private:
   void launch(std::size_t bucket);
   void wait_for(std::size_t bucket);
-  // Starts (async) or runs bucket's allreduce, or its reduce-scatter with shard_optimizer.
+  // Starts (async) or runs the reducer's exchange of `bucket`.
   void reduce(std::size_t bucket, bool async);
 
   comm::Communicator& comm_;
   nn::Model& model_;
   DataParallelOptions options_;
   std::vector<GradientBucket> buckets_;
-  std::vector<optim::Segment> shard_;  // with shard_optimizer
-  // With fused_update: every rank's gradient buffer, in the order the ring would add them.
-  std::vector<const float*> rank_grads_;
-  comm::CollectiveOptions collective_;        // of every bucket's allreduce, built once
-  comm::CollectiveOptions block_collective_;  // the same for reduce_scatter/allgather_blocks
+  comm::CollectiveOptions barrier_options_;  // the barrier of a reducer without per-bucket work
+  std::unique_ptr<GradientReducer> reducer_;
   std::vector<comm::Work> works_;
   std::vector<BucketTiming> timings_;
   std::size_t launched_ = 0;  // buckets [0, launched_) are in flight

@@ -20,10 +20,9 @@
 namespace dtrain::train {
 // Rank threads with one compute thread each are bound to distinct CPUs when they fit (rank r on
 // the r-th CPU this process may use): left free, the scheduler sometimes stacks both ranks of a
-// 2-CPU machine on one core for a whole run (measured: 3 of 6 unpinned 2-worker runs at 92-106k
-// samples/s with both rank threads on CPU 0, against 7 of 8 pinned runs at 130-131k;
-// docs/PARALLEL.md). Not pinned: ranks with a compute pool (its threads would inherit the one
-// CPU), more ranks than CPUs, strategies whose ranks run threads of their own (colocated parameter
+// 2-CPU machine on one core for a whole run (the measurements: docs/PERFORMANCE.md,
+// docs/INPROC.md). Not pinned: ranks with a compute pool (its threads would inherit the one CPU),
+// more ranks than CPUs, strategies whose ranks run threads of their own (colocated parameter
 // servers: StrategyInfo::pin_ranks). DTRAIN_PIN_RANKS, when set, decides instead (1: pin, 0:
 // never).
 comm::RankPinning rank_pinning(const Config& config) {

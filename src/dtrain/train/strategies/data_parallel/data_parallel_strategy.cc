@@ -8,6 +8,8 @@
 #include "dtrain/base/error.h"
 #include "dtrain/parallel/optimizer_shards.h"
 #include "dtrain/parallel/rank_agreement.h"
+#include "dtrain/parallel/reducers/allreduce_reducer.h"
+#include "dtrain/parallel/reducers/zero1_reducer.h"
 
 namespace dtrain::train {
 
@@ -39,11 +41,13 @@ DataParallel::DataParallel(const StrategyContext& context)
   dp.check_headers = config.parallel.check_headers;
   zero_ = decide_zero_stage(config.parallel.zero_stage, comm_.size(), config.optim.name,
                             config.parallel.allreduce);
-  dp.shard_optimizer = zero_.shard;
   fused_ = decide_fused_update(
       config.parallel.fused_update,
       FusedUpdateInputs{zero_.shard, overlap_.overlap, comm_.shares_memory(), config.optim.name});
-  dp.fused_update = fused_.fused;
+  // The bucket's exchange (parallel/gradient_reducer.h), chosen once from the decisions above.
+  dp.reducer = fused_.fused  ? parallel::fused_zero1_reducer()
+               : zero_.shard ? parallel::zero1_reducer()
+                             : parallel::allreduce_reducer();
   dp.stall_warning = std::chrono::milliseconds(
       static_cast<std::int64_t>(config.parallel.stall_warning_seconds * 1000.0));
   sync_ = std::make_unique<parallel::GradientSynchronizer>(comm_, model, dp);
@@ -51,8 +55,7 @@ DataParallel::DataParallel(const StrategyContext& context)
 }
 
 std::vector<optim::Segment> DataParallel::optimizer_segments() const {
-  if (sharded()) return sync_->shard_segments();
-  return Strategy::optimizer_segments();
+  return sync_->update_segments();
 }
 
 StepResult DataParallel::step(const StepInput& input, optim::Optimizer& optimizer) {
@@ -76,13 +79,13 @@ StepResult DataParallel::step(const StepInput& input, optim::Optimizer& optimize
   for (std::size_t b = 0; b < buckets.size(); ++b) {
     const auto& t = sync_->timings()[b];
     result.comm += std::chrono::duration<double>(t.finished - t.started).count();
-    // Fused: no bucket collective ran (the barrier is the wait span below, the sums the update's).
-    if (trace.enabled() && !fused()) {
+    // A reducer without per-bucket exchanges (fused ZeRO-1): the barrier is the wait span below,
+    // the sums the update's.
+    if (trace.enabled() && sync_->reducer().per_bucket()) {
       trace.add(fmt::format("{} {}", sync_->gradient_collective(), buckets[b].name), "comm",
                 TraceRecorder::kCommThread, t.started, t.finished,
                 fmt::format(R"({{"step":{},"bucket":{},"bytes":{},"algorithm":"{}"}})", step, b,
-                            buckets[b].count * 4,
-                            sharded() ? std::string("ring") : context_.config.parallel.allreduce));
+                            buckets[b].count * 4, sync_->reducer().algorithm()));
     }
   }
   if (trace.enabled()) {
@@ -90,11 +93,7 @@ StepResult DataParallel::step(const StepInput& input, optim::Optimizer& optimize
               fmt::format(R"({{"step":{}}})", step));
   }
   const auto update_start = Clock::now();
-  if (fused()) {
-    sync_->reduce_and_update(optimizer, store.params(), input.lr);
-  } else {
-    optimizer.step(store.params(), store.grads(), input.lr);
-  }
+  sync_->update(optimizer, input.lr);
   const auto update_end = Clock::now();
   if (trace.enabled()) {
     trace.add(fused()     ? "fused reduce + update (shard)"

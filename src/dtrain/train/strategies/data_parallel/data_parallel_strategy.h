@@ -2,9 +2,11 @@
 // PyTorch DDP do it: every rank holds a replica, takes its share of each global batch through
 // forward and backward, and the ranks' gradients are summed bucket by bucket
 // (parallel::GradientSynchronizer: tensor fusion, overlap with backward) before one identical
-// update on every rank. With ZeRO-1 (zero_policy.h) each rank keeps the optimizer state of its
-// shard only: reduce-scatter, update 1/P, allgather the parameters; ranks that are threads may sum
-// their shard's gradients inside the update instead (fused_update_policy.h).
+// update on every rank. What a bucket's exchange is, is a reducer (parallel/gradient_reducer.h),
+// chosen once from the policies beside this file: plain allreduce; ZeRO-1 (zero_policy.h), where
+// each rank keeps the optimizer state of its shard only (reduce-scatter, update 1/P, allgather the
+// parameters); or, for ranks that are threads, ZeRO-1 with the shard's gradient sums formed inside
+// the update (fused_update_policy.h).
 //
 // Setup: the ranks check that config and parameter layout agree (the Trainer) and take rank 0's
 // parameters (broadcast). Checkpoints hold the whole optimizer state, in the layout of an unsharded
@@ -37,8 +39,8 @@ class DataParallel final : public Strategy {
   nlohmann::json summary(const RunTotalsView& totals) override;
 
  private:
-  bool sharded() const { return sync_->options().shard_optimizer; }
-  bool fused() const { return sync_->options().fused_update; }
+  bool sharded() const { return sync_->reducer().sharded(); }
+  bool fused() const { return !sync_->reducer().per_bucket(); }
 
   comm::Communicator& comm_;
   OverlapDecision overlap_;    // parallel.overlap resolved for this host

@@ -1,14 +1,13 @@
 // Whether ZeRO-1 training sums each shard's gradients inside the optimizer update (fused) or
 // reduce-scatters them first.
 //
-// Fused (parallel::DataParallelOptions::fused_update): ranks that are threads of one process read
-// each other's gradient buffers in place after a barrier; each rank forms its shard's sums over
-// the ranks inside the update (optim::Optimizer::step_range: SGD with momentum on two ranks in the
-// update's own loop, other cases 2048 elements at a time on the stack). The summed gradient is
-// never written to the gradient buffer and read back, and no reduce-scatter messages are posted.
-// Measured on the 2-CPU development VM (Fashion-MNIST MLP, 2 workers, SGD, docs/PERFORMANCE.md):
-// reduce-scatter + update 42-50 us per step against barrier + update 33-37 us fused, the same
-// numbers bit for bit for any number of ranks.
+// Fused (parallel::FusedZero1Reducer, reducers/zero1_reducer.h): ranks that are threads of one
+// process read each other's gradient buffers in place after a barrier; each rank forms its shard's
+// sums over the ranks inside the update (optim::Optimizer::step_range: SGD with momentum on two
+// ranks in the update's own loop, other cases 2048 elements at a time on the stack). The summed
+// gradient is never written to the gradient buffer and read back, and no reduce-scatter messages
+// are posted. It measured faster than reduce-scatter + update per step (docs/PERFORMANCE.md,
+// "Gradient sums inside the update"), with the same numbers bit for bit for any number of ranks.
 //
 // parallel.fused_update = "auto" (the default) fuses where it applies: the optimizer is sharded
 // (ZeRO-1), buckets do not overlap backward (overlap reduces during backward instead), every rank

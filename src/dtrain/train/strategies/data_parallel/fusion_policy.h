@@ -6,10 +6,9 @@
 // under ZeRO-1 cutting each rank's shard into as many pieces. So "auto" (the default) fuses:
 //   overlap on    1 MiB buckets (kOverlapBucketBytes), as DDP and Horovod bucket for overlap;
 //   overlap off   one bucket holding every gradient.
-// On the development VM one bucket beat 1 MiB buckets without overlap in 4 of 5 alternated pairs of
-// `dtrain bench scaling --workers 1,2` (2 workers, ZeRO-1: speedup +0.035 on average; 2-worker
-// samples/s -3% to +10%, median +7%; docs/PERFORMANCE.md). A number (bytes; 0 = one bucket per
-// tensor) is obeyed.
+// Without overlap one bucket measured faster than 1 MiB buckets (`dtrain bench scaling --workers
+// 1,2`, alternated pairs; the figures are in docs/PERFORMANCE.md). A number (bytes; 0 = one
+// bucket per tensor) is obeyed.
 #pragma once
 
 #include <cstdint>

@@ -3,8 +3,8 @@
 // Overlap moves each bucket's allreduce onto the rank's communication thread, which only pays
 // when that thread has a CPU of its own: where the compute threads already take every CPU, the
 // communication thread time-slices with backward and its spin-waits steal the compute thread's
-// core. Measured on the 2-CPU development VM (Fashion-MNIST MLP, 2 workers, docs/PERFORMANCE.md):
-// 92,612 samples/s with overlap against 106,677 without, so "auto" turns it off there.
+// core: on a 2-CPU machine with 2 workers overlap measured slower than none (docs/PERFORMANCE.md),
+// so "auto" turns it off there.
 //
 // parallel.overlap = "auto" (the default) overlaps when every rank's compute threads plus its
 // communication thread fit both on this process's CPUs (its affinity mask: mpirun binds each

@@ -2,10 +2,9 @@
 //
 // Sharding reduce-scatters each gradient bucket, updates 1/P of the parameters and keeps 1/P of the
 // optimizer state on each rank, then allgathers the parameters: the same bytes as a ring allreduce,
-// 1/P of the update's work and state, and the same numbers to rounding (docs/PARALLEL.md). On the
-// development VM it is the faster of the two with 2 workers (Fashion-MNIST MLP,
-// docs/PERFORMANCE.md: 110-113k samples/s against 97-108k replicated, medians of 6 rounds), so
-// "auto" shards wherever it applies:
+// 1/P of the update's work and state, and the same numbers to rounding (docs/PARALLEL.md). It
+// measured the faster of the two with 2 workers (docs/PERFORMANCE.md), so "auto" shards wherever
+// it applies:
 //   more than one rank, an element-wise optimizer (LARS needs whole-tensor norms, which a shard may
 //   cut) and parallel.allreduce = "ring" (the sharded collectives are ring ones: with another
 //   algorithm chosen, the user is comparing that algorithm, so its allreduce is kept).

@@ -19,7 +19,7 @@ if [[ "${DTRAIN_SKIP_SANITIZERS:-0}" != "1" ]]; then
     -DDTRAIN_SANITIZE=address -DDTRAIN_BUILD_BENCH=OFF >/dev/null
   UNIT_TARGETS=(dtrain_base_tests dtrain_tensor_tests dtrain_comm_tests dtrain_nn_tests
                 dtrain_optim_tests dtrain_data_tests dtrain_parallel_tests dtrain_ps_tests
-                dtrain_train_tests)
+                dtrain_train_tests dtrain_experiments_tests)
   cmake --build "$ASAN_DIR" -j "$JOBS" --target "${UNIT_TARGETS[@]}"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$ASAN_DIR" --output-on-failure -j "$JOBS" -L unit

@@ -19,33 +19,32 @@
 #include "cli_checks.h"
 #include "commands.h"
 #include "dtrain/base/error.h"
-#include "dtrain/base/thread_pool.h"
-#include "dtrain/base/timer.h"
-#include "dtrain/comm/collective_benchmark.h"
 #include "dtrain/comm/transport/mpi/world.h"
-#include "dtrain/tensor/gemm.h"
-#include "dtrain/train/scaling_benchmark.h"
-#include "dtrain/train/train_benchmark.h"
+#include "dtrain/experiments/collective_benchmark.h"
+#include "dtrain/experiments/gemm_benchmark.h"
+#include "dtrain/experiments/scaling_benchmark.h"
+#include "dtrain/experiments/train_benchmark.h"
 
 namespace dtrain::apps {
 namespace {
 
-void run_bench_train(const train::TrainBenchmarkOptions& options, bool json) {
+void run_bench_train(const experiments::TrainBenchmarkOptions& options, bool json) {
   bool header_printed = false;
-  const auto rows = train::run_train_benchmark(options, [&](const train::TrainBenchmarkRow& row) {
-    if (json) return;
-    if (!header_printed) {
-      fmt::print("{:<8} {:>7} {:>6} {:>10} {:>14} {:>22} {:>9}\n", "model", "threads", "batch",
-                 "params", "samples/s", "[min - max]", "step ms");
-      header_printed = true;
-    }
-    fmt::print(
-        "{:<8} {:>7} {:>6} {:>10} {:>14.0f} {:>22} {:>9.3f}\n", row.model, row.threads, row.batch,
-        row.parameters, row.samples_per_second,
-        fmt::format("[{:.0f} - {:.0f}]", row.samples_per_second_min, row.samples_per_second_max),
-        row.step_ms);
-    std::fflush(stdout);
-  });
+  const auto rows =
+      experiments::run_train_benchmark(options, [&](const experiments::TrainBenchmarkRow& row) {
+        if (json) return;
+        if (!header_printed) {
+          fmt::print("{:<8} {:>7} {:>6} {:>10} {:>14} {:>22} {:>9}\n", "model", "threads", "batch",
+                     "params", "samples/s", "[min - max]", "step ms");
+          header_printed = true;
+        }
+        fmt::print("{:<8} {:>7} {:>6} {:>10} {:>14.0f} {:>22} {:>9.3f}\n", row.model, row.threads,
+                   row.batch, row.parameters, row.samples_per_second,
+                   fmt::format("[{:.0f} - {:.0f}]", row.samples_per_second_min,
+                               row.samples_per_second_max),
+                   row.step_ms);
+        std::fflush(stdout);
+      });
   if (!json) return;
   nlohmann::json out = nlohmann::json::array();
   for (const auto& row : rows) {
@@ -65,11 +64,11 @@ void run_bench_train(const train::TrainBenchmarkOptions& options, bool json) {
 }
 
 void run_bench_scaling(const std::string& config_path, const std::vector<std::string>& sets,
-                       const train::ScalingBenchmarkOptions& options, bool json) {
+                       const experiments::ScalingBenchmarkOptions& options, bool json) {
   const train::Config config = train::load_config(config_path, sets);
   const bool hogwild = config.parallel.strategy == "hogwild";
   const char* unit = hogwild ? "updates/s" : "samples/s";
-  train::check_scaling_benchmark(config, options);
+  experiments::check_scaling_benchmark(config, options);
   if (!json) {
     fmt::print(
         "# dtrain bench scaling: {} {} on {}, {}; {} rounds, each one phase per worker count ({}), "
@@ -85,7 +84,7 @@ void run_bench_scaling(const std::string& config_path, const std::vector<std::st
   }
   // A round counter on a terminal only: a log should not fill with carriage returns.
   const bool counter = !json && isatty(fileno(stderr)) != 0;
-  const auto rows = train::run_scaling_benchmark(config, options, [&](int round) {
+  const auto rows = experiments::run_scaling_benchmark(config, options, [&](int round) {
     if (!counter) return;
     fmt::print(stderr, "\rround {}/{}", round + 1, options.rounds);
     if (round + 1 == options.rounds) fmt::print(stderr, "\n");
@@ -120,67 +119,31 @@ void run_bench_scaling(const std::string& config_path, const std::vector<std::st
   }
 }
 
-struct GemmShape {
-  std::int64_t m, n, k;
-  const char* what;
-};
-
-// GFLOP/s of C = A B (row-major, no transposes), median of `repeats` timed runs of enough calls to
-// last about 0.2 s.
+// The GEMM limit as a table (or JSON rows): experiments/gemm_benchmark.h.
 void run_bench_gemm(const std::vector<int>& thread_counts, int repeats, bool json) {
-  const std::vector<GemmShape> shapes = {
-      {1024, 1024, 1024, "square (peers' sgemm_bench)"},
-      {128, 256, 784, "MLP fc1 forward"},
-      {256, 784, 128, "MLP fc1 weight grad"},
-      {128, 256, 256, "MLP fc2 forward"},
-  };
-  for (int t : thread_counts) {  // before the table's header, so an error is the only output
-    if (t < 1) throw ConfigError(fmt::format("bench gemm: --threads {} is not >= 1", t));
-  }
-  nlohmann::json out = nlohmann::json::array();
+  experiments::check_gemm_benchmark(thread_counts, repeats);  // before the table's header
   if (!json) {
     fmt::print("{:<30} {:>5} {:>5} {:>5} {:>7} {:>10}\n", "shape", "m", "n", "k", "threads",
                "GFLOP/s");
   }
-  for (int threads : thread_counts) {
-    set_compute_threads(threads);
-    for (const auto& s : shapes) {
-      std::vector<float> a(static_cast<std::size_t>(s.m * s.k), 0.5f);
-      std::vector<float> b(static_cast<std::size_t>(s.k * s.n), 0.25f);
-      std::vector<float> c(static_cast<std::size_t>(s.m * s.n), 0.0f);
-      auto call = [&] {
-        tensor::gemm(tensor::Trans::kNo, tensor::Trans::kNo, s.m, s.n, s.k, 1.0f, a.data(), s.k,
-                     b.data(), s.n, 0.0f, c.data(), s.n);
-      };
-      for (int i = 0; i < 3; ++i) call();
-      const double flops = 2.0 * static_cast<double>(s.m * s.n * s.k);
-      Stopwatch probe;
-      call();
-      const auto calls = std::max<std::int64_t>(
-          1, static_cast<std::int64_t>(0.2 / std::max(probe.seconds(), 1e-9)));
-      std::vector<double> rates;
-      for (int r = 0; r < repeats; ++r) {
-        Stopwatch watch;
-        for (std::int64_t i = 0; i < calls; ++i) call();
-        rates.push_back(flops * static_cast<double>(calls) / watch.seconds() / 1e9);
-      }
-      std::sort(rates.begin(), rates.end());
-      const double gflops = rates[rates.size() / 2];
-      if (json) {
-        out.push_back({{"bench", "gemm"},
-                       {"shape", s.what},
-                       {"m", s.m},
-                       {"n", s.n},
-                       {"k", s.k},
-                       {"threads", threads},
-                       {"gflops", gflops}});
-      } else {
-        fmt::print("{:<30} {:>5} {:>5} {:>5} {:>7} {:>10.1f}\n", s.what, s.m, s.n, s.k, threads,
-                   gflops);
-      }
-    }
+  const auto rows = experiments::run_gemm_benchmark(
+      thread_counts, repeats, [json](const experiments::GemmBenchmarkRow& row) {
+        if (json) return;
+        fmt::print("{:<30} {:>5} {:>5} {:>5} {:>7} {:>10.1f}\n", row.shape, row.m, row.n, row.k,
+                   row.threads, row.gflops);
+      });
+  if (!json) return;
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& row : rows) {
+    out.push_back({{"bench", "gemm"},
+                   {"shape", row.shape},
+                   {"m", row.m},
+                   {"n", row.n},
+                   {"k", row.k},
+                   {"threads", row.threads},
+                   {"gflops", row.gflops}});
   }
-  if (json) fmt::print("{}\n", out.dump(2));
+  fmt::print("{}\n", out.dump(2));
 }
 
 // "4", "4K", "4M", "1G" (binary multiples) -> bytes; ConfigError naming the flag otherwise.
@@ -212,8 +175,8 @@ std::int64_t parse_size(const std::string& text, std::string_view flag = "--size
 
 // nccl-tests-style table (or JSON rows), then the alpha-beta fit per (op, algorithm, P). Under
 // mpi every process runs it and only rank 0 prints.
-void run_bench_collectives(const comm::CollectiveBenchmarkOptions& options, bool json) {
-  comm::validate_collective_benchmark_options(options);
+void run_bench_collectives(const experiments::CollectiveBenchmarkOptions& options, bool json) {
+  experiments::validate_collective_benchmark_options(options);
   const bool printer = options.transport != "mpi" || comm::mpi_world_rank() == 0;
   if (!json && printer) {
     fmt::print(
@@ -224,8 +187,8 @@ void run_bench_collectives(const comm::CollectiveBenchmarkOptions& options, bool
                "op", "algorithm", "transport", "ranks", "size(B)", "count", "type", "iters",
                "time(us)", "algbw", "busbw", "correct");
   }
-  const auto rows =
-      comm::run_collective_benchmark(options, [&](const comm::CollectiveBenchmarkRow& row) {
+  const auto rows = experiments::run_collective_benchmark(
+      options, [&](const experiments::CollectiveBenchmarkRow& row) {
         if (json) return;
         fmt::print(
             "{:<15} {:<17} {:<9} {:>5} {:>12} {:>11} {:>5} {:>7} {:>11.2f} {:>8.3f} {:>8.3f} "
@@ -235,7 +198,7 @@ void run_bench_collectives(const comm::CollectiveBenchmarkOptions& options, bool
         std::fflush(stdout);
       });
   if (!printer) return;
-  const auto fits = comm::fit_alpha_beta(rows);
+  const auto fits = experiments::fit_alpha_beta(rows);
   if (json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& row : rows) {
@@ -272,13 +235,13 @@ void run_bench_collectives(const comm::CollectiveBenchmarkOptions& options, bool
 
 Command add_bench_command(CLI::App& app) {
   struct Flags {
-    train::TrainBenchmarkOptions train;
-    train::ScalingBenchmarkOptions scaling;
+    experiments::TrainBenchmarkOptions train;
+    experiments::ScalingBenchmarkOptions scaling;
     std::string scaling_config;
     std::vector<std::string> scaling_sets;
     std::vector<int> gemm_threads{1, 2};
     int gemm_repeats = 5;
-    comm::CollectiveBenchmarkOptions collectives;
+    experiments::CollectiveBenchmarkOptions collectives;
     std::vector<std::string> collective_sizes;
     std::string collective_segment;
     bool collective_no_pin = false;
@@ -438,7 +401,7 @@ Command add_bench_command(CLI::App& app) {
                      // Under MPI a rank that fails takes the job down at once (mpi_abort), so
                      // the others never wait for their deadlines.
                      try {
-                       comm::validate_collective_benchmark_options(collectives);
+                       experiments::validate_collective_benchmark_options(collectives);
                        if (coll_cmd->count("--ranks") == 0) {
                          collectives.ranks = {comm::mpi_world_size()};
                        }

@@ -9,9 +9,9 @@
 #include "cli_checks.h"
 #include "commands.h"
 #include "dtrain/base/error.h"
+#include "dtrain/experiments/sweep.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/config.h"
-#include "dtrain/train/sweep.h"
 
 namespace dtrain::apps {
 namespace {
@@ -61,16 +61,17 @@ int run_sweep_command(const SweepFlags& flags) {
     overrides.push_back(fmt::format("parallel.straggler=\"{}\"", flags.straggler));
   }
   const train::Config base = train::load_config(flags.config, overrides);
-  std::vector<train::SweepAxis> axes;
+  std::vector<experiments::SweepAxis> axes;
   if (!flags.workers.empty())
-    axes.push_back(train::parse_sweep_axis("parallel.workers=" + flags.workers));
+    axes.push_back(experiments::parse_sweep_axis("parallel.workers=" + flags.workers));
   if (!flags.allreduce.empty()) {
-    axes.push_back(train::parse_sweep_axis("parallel.allreduce=" + flags.allreduce));
+    axes.push_back(experiments::parse_sweep_axis("parallel.allreduce=" + flags.allreduce));
   }
   if (!flags.modes.empty()) {
-    axes.push_back(train::parse_sweep_axis(std::string(train::kModeAxis) + "=" + flags.modes));
+    axes.push_back(
+        experiments::parse_sweep_axis(std::string(experiments::kModeAxis) + "=" + flags.modes));
   }
-  for (const auto& axis : flags.grid) axes.push_back(train::parse_sweep_axis(axis));
+  for (const auto& axis : flags.grid) axes.push_back(experiments::parse_sweep_axis(axis));
   if (axes.empty()) {
     throw ConfigError(
         "dtrain sweep needs at least one axis: --workers, --allreduce, --modes or --grid");
@@ -78,8 +79,8 @@ int run_sweep_command(const SweepFlags& flags) {
   // Each run creates its folder under `out` (and so `out`) once every point's config has been
   // checked: a sweep refused up front leaves nothing behind.
   const std::string out = flags.out.empty() ? default_out_dir(flags.config, "sweep-") : flags.out;
-  const train::SweepResult result = train::run_sweep(
-      base, axes, out, [&](const train::SweepRow& row, std::size_t index, std::size_t total) {
+  const experiments::SweepResult result = experiments::run_sweep(
+      base, axes, out, [&](const experiments::SweepRow& row, std::size_t index, std::size_t total) {
         std::string point;
         for (std::size_t i = 0; i < axes.size(); ++i) {
           point += fmt::format("{}{}={}", i ? " " : "", axes[i].key, row.point[i]);
@@ -88,13 +89,14 @@ int run_sweep_command(const SweepFlags& flags) {
                    index + 1, total, point, row.samples_per_second, row.epoch_seconds,
                    100.0 * row.final_test_accuracy);
       });
-  train::write_file_atomically((fs::path(out) / "sweep.csv").string(), train::sweep_csv(result));
+  train::write_file_atomically((fs::path(out) / "sweep.csv").string(),
+                               experiments::sweep_csv(result));
   train::write_file_atomically((fs::path(out) / "sweep.json").string(),
-                               train::sweep_json(result).dump(2) + "\n");
+                               experiments::sweep_json(result).dump(2) + "\n");
   if (flags.json) {
-    fmt::print("{}\n", train::sweep_json(result).dump(2));
+    fmt::print("{}\n", experiments::sweep_json(result).dump(2));
   } else {
-    fmt::print("{}", train::sweep_table(result));
+    fmt::print("{}", experiments::sweep_table(result));
     fmt::print(stderr, "sweep.csv and sweep.json in {}\n", out);
   }
   return 0;

@@ -33,7 +33,7 @@
 
 #include "dtrain/train/config.h"
 
-namespace dtrain::train {
+namespace dtrain::experiments {
 
 struct ScalingBenchmarkOptions {
   std::vector<int> workers{1, 2};  // the first is the baseline of the speedups
@@ -59,12 +59,12 @@ struct ScalingBenchmarkRow {
 // ConfigError for a strategy other than allreduce or hogwild, an empty, repeated or non-positive
 // worker list, rounds or steps < 1, negative warmup, or a start under mpirun (the ranks here are
 // threads); run_scaling_benchmark checks this first too.
-void check_scaling_benchmark(const Config& config, const ScalingBenchmarkOptions& options);
+void check_scaling_benchmark(const train::Config& config, const ScalingBenchmarkOptions& options);
 
 // One row per worker count, in the order given. on_round (when set) is called after each round
 // with its index, for progress output.
 std::vector<ScalingBenchmarkRow> run_scaling_benchmark(
-    const Config& config, const ScalingBenchmarkOptions& options,
+    const train::Config& config, const ScalingBenchmarkOptions& options,
     const std::function<void(int round)>& on_round = {});
 
-}  // namespace dtrain::train
+}  // namespace dtrain::experiments

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace dtrain::train {
+namespace dtrain::experiments {
 
 struct TrainBenchmarkOptions {
   std::vector<std::string> models{"mlp", "lenet5"};  // model.name values
@@ -41,4 +41,4 @@ std::vector<TrainBenchmarkRow> run_train_benchmark(
     const TrainBenchmarkOptions& options,
     const std::function<void(const TrainBenchmarkRow&)>& on_row = {});
 
-}  // namespace dtrain::train
+}  // namespace dtrain::experiments

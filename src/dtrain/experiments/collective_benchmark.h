@@ -22,7 +22,7 @@
 
 #include "dtrain/base/dtype.h"
 
-namespace dtrain::comm {
+namespace dtrain::experiments {
 
 // 4 B, 16 B, ..., 256 MiB: powers of 4 (14 sizes).
 std::vector<std::int64_t> default_benchmark_sizes();
@@ -125,4 +125,4 @@ void validate_collective_benchmark_options(const CollectiveBenchmarkOptions& opt
 // on `transport` (all but "native" on inproc).
 std::vector<std::string> default_benchmark_algorithms(std::string_view transport);
 
-}  // namespace dtrain::comm
+}  // namespace dtrain::experiments

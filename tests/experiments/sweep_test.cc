@@ -1,6 +1,6 @@
 // dtrain sweep's engine: axes parse, the grid runs in order, speedups are against the one-worker
 // run at the same point, bad values fail before any run, and the table/CSV/JSON carry every row.
-#include "dtrain/train/sweep.h"
+#include "dtrain/experiments/sweep.h"
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -12,8 +12,10 @@
 
 #include "dtrain/base/error.h"
 
-namespace dtrain::train {
+namespace dtrain::experiments {
 namespace {
+
+using namespace dtrain::train;  // NOLINT(google-build-using-namespace)
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -96,10 +98,12 @@ TEST_F(SweepTest, BadValueFailsBeforeAnyRun) {
 }
 
 }  // namespace
-}  // namespace dtrain::train
+}  // namespace dtrain::experiments
 
-namespace dtrain::train {
+namespace dtrain::experiments {
 namespace {
+
+using namespace dtrain::train;  // NOLINT(google-build-using-namespace)
 
 TEST(SweepModes, ExpandToTheirKeysAndRejectUnknownOnes) {
   EXPECT_EQ(mode_overrides("allreduce"),
@@ -149,4 +153,4 @@ TEST_F(SweepTest, ComparesTheWaysOfTrainingUnderOneStraggler) {
 }
 
 }  // namespace
-}  // namespace dtrain::train
+}  // namespace dtrain::experiments

@@ -1,4 +1,4 @@
-#include "dtrain/train/sweep.h"
+#include "dtrain/experiments/sweep.h"
 
 #include <fmt/format.h>
 
@@ -10,10 +10,13 @@
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/launch.h"
-#include "dtrain/train/strategy_registry.h"
 #include "dtrain/train/straggler.h"
+#include "dtrain/train/strategy_registry.h"
 
-namespace dtrain::train {
+namespace dtrain::experiments {
+
+// Written inside dtrain::train before the experiments left it; its names read unqualified here.
+using namespace dtrain::train;  // NOLINT(google-build-using-namespace)
 namespace {
 
 namespace fs = std::filesystem;
@@ -261,4 +264,4 @@ nlohmann::json sweep_json(const SweepResult& result) {
   return rows;
 }
 
-}  // namespace dtrain::train
+}  // namespace dtrain::experiments

@@ -1,4 +1,4 @@
-#include "dtrain/train/train_benchmark.h"
+#include "dtrain/experiments/train_benchmark.h"
 
 #include <algorithm>
 #include <numeric>
@@ -10,7 +10,10 @@
 #include "dtrain/train/statistics.h"
 #include "dtrain/train/trainer.h"
 
-namespace dtrain::train {
+namespace dtrain::experiments {
+
+// Written inside dtrain::train before the experiments left it; its names read unqualified here.
+using namespace dtrain::train;  // NOLINT(google-build-using-namespace)
 namespace {
 
 // Enough distinct batches that the inputs are not all in L1, few enough to build in a blink.
@@ -95,4 +98,4 @@ std::vector<TrainBenchmarkRow> run_train_benchmark(
   return rows;
 }
 
-}  // namespace dtrain::train
+}  // namespace dtrain::experiments

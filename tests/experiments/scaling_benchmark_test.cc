@@ -1,7 +1,7 @@
 // dtrain bench scaling's engine: one row per worker count in the order given, the first count's
 // speedup exactly 1 in every round, the speedups' range bracketing their median, phases of the
 // asked size for both strategies, and bad options refused before anything runs.
-#include "dtrain/train/scaling_benchmark.h"
+#include "dtrain/experiments/scaling_benchmark.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,8 +9,10 @@
 #include "dtrain/base/error.h"
 #include "parallel_training_fixture.h"
 
-namespace dtrain::train {
+namespace dtrain::experiments {
 namespace {
+
+using namespace dtrain::train;  // NOLINT(google-build-using-namespace)
 
 using ::testing::HasSubstr;
 // 240 samples, global batch 24 (the data-parallel tests' MLP).
@@ -99,4 +101,4 @@ TEST_F(ScalingBenchmark, RefusesWhatItCannotMeasure) {
 }
 
 }  // namespace
-}  // namespace dtrain::train
+}  // namespace dtrain::experiments

@@ -1,7 +1,7 @@
 // The collective benchmark (comm/collective_benchmark.h): its rows carry nccl-tests' bus-bandwidth
 // factors and pass their correctness checks, sizes are rounded as documented, and the alpha-beta
 // fit recovers known coefficients.
-#include "dtrain/comm/collective_benchmark.h"
+#include "dtrain/experiments/collective_benchmark.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,10 @@
 #include "dtrain/base/error.h"
 #include "dtrain/comm/algorithms/algorithms.h"
 
-namespace dtrain::comm {
+namespace dtrain::experiments {
 namespace {
+
+using namespace dtrain::comm;  // NOLINT(google-build-using-namespace)
 
 CollectiveBenchmarkOptions tiny(std::vector<int> ranks) {
   CollectiveBenchmarkOptions options;
@@ -152,4 +154,4 @@ TEST(CollectiveBenchmark, FitRecoversAlphaBetaOfSyntheticTimings) {
 }
 
 }  // namespace
-}  // namespace dtrain::comm
+}  // namespace dtrain::experiments

@@ -1,4 +1,4 @@
-#include "dtrain/comm/collective_benchmark.h"
+#include "dtrain/experiments/collective_benchmark.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -17,7 +17,10 @@
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/comm/transport/mpi/world.h"
 
-namespace dtrain::comm {
+namespace dtrain::experiments {
+
+// Written inside dtrain::comm before the experiments left it; its names read unqualified here.
+using namespace dtrain::comm;  // NOLINT(google-build-using-namespace)
 namespace {
 
 // Writes the small integer `value` (|value| <= 256, exact in every dtype) at element i.
@@ -448,4 +451,4 @@ std::vector<CollectiveBenchmarkRow> run_collective_benchmark(
   return rows;
 }
 
-}  // namespace dtrain::comm
+}  // namespace dtrain::experiments

@@ -30,7 +30,7 @@
 #include "dtrain/train/config.h"
 #include "dtrain/train/metrics.h"
 
-namespace dtrain::train {
+namespace dtrain::experiments {
 
 struct SweepAxis {
   std::string key;                  // "section.key"
@@ -60,7 +60,7 @@ struct SweepResult {
 // Runs every point of `axes` on `base` (each point applied with --set semantics and validated
 // before any run starts, so a bad value fails at once). on_row is called after each run.
 SweepResult run_sweep(
-    const Config& base, const std::vector<SweepAxis>& axes, const std::string& out_dir,
+    const train::Config& base, const std::vector<SweepAxis>& axes, const std::string& out_dir,
     const std::function<void(const SweepRow&, std::size_t index, std::size_t total)>& on_row = {});
 
 // The table printed by `dtrain sweep`, one line per row.
@@ -75,4 +75,4 @@ inline constexpr const char* kModeAxis = "mode";
 // The --set assignments of one value of the "mode" axis; ConfigError naming the accepted forms.
 std::vector<std::string> mode_overrides(const std::string& mode);
 
-}  // namespace dtrain::train
+}  // namespace dtrain::experiments

@@ -1,4 +1,4 @@
-#include "dtrain/train/scaling_benchmark.h"
+#include "dtrain/experiments/scaling_benchmark.h"
 
 #include <fmt/format.h>
 
@@ -21,7 +21,10 @@
 #include "dtrain/train/strategies/hogwild/hogwild_engine.h"
 #include "dtrain/train/trainer.h"
 
-namespace dtrain::train {
+namespace dtrain::experiments {
+
+// Written inside dtrain::train before the experiments left it; its names read unqualified here.
+using namespace dtrain::train;  // NOLINT(google-build-using-namespace)
 
 void check_scaling_benchmark(const Config& config, const ScalingBenchmarkOptions& options) {
   const std::string& strategy = config.parallel.strategy;
@@ -253,4 +256,4 @@ std::vector<ScalingBenchmarkRow> run_scaling_benchmark(const Config& config,
                                                : run_allreduce(config, options, on_round);
 }
 
-}  // namespace dtrain::train
+}  // namespace dtrain::experiments

@@ -56,6 +56,28 @@ expect_error malformed-toml 2 "cannot parse config .*syntax.toml at line 2" -- \
 expect_error missing-config 2 "cannot open config file $TMP/none.toml" -- \
   train --config "$TMP/none.toml"
 
+expect_error infinite-lr 2 "'optim.lr' = inf .* out of range; accepted: value > 0 \(a finite number\)" -- \
+  train --config "$quick" --set optim.lr=inf --out "$TMP/r9"
+
+expect_error mnist-on-fashion-files 2 "data.dataset' = \"mnist\" .* reads data.path = .*fashion-mnist" -- \
+  train --config "$quick" --set data.dataset=mnist --out "$TMP/r10"
+
+expect_error shortcut-and-set 2 "--set train.epochs=2 and a shortcut flag giving train.epochs=1 both set train.epochs" -- \
+  train --config "$quick" --epochs 1 --set train.epochs=2 --out "$TMP/r11"
+
+# A sweep prints a progress line per finished point, then the one error line.
+"$DTRAIN" sweep --config "$quick" --grid data.dataset=synthetic,cifar10 --set data.path=/nonexistent \
+  --epochs 1 --out "$TMP/sweep" > /dev/null 2> "$TMP/err"
+rc=$?
+if [[ $rc -ne 2 ]] || ! tail -1 "$TMP/err" | grep -Eq "^error: sweep point data.dataset=cifar10: .*; the 1 finished point\(s\) are in $TMP/sweep/sweep.csv" ||
+   [[ ! -f "$TMP/sweep/sweep.csv" ]]; then
+  echo "FAIL sweep-point-fails (exit $rc):"; cat "$TMP/err"; failures=$((failures + 1))
+else
+  echo "ok sweep-point-fails: $(tail -1 "$TMP/err")"
+fi
+
+expect_error bench-gemm-repeats 1 "--repeats: 0 is below 1" -- bench gemm --repeats 0
+
 # A corrupt checkpoint on --resume: flip one byte in the middle of the only checkpoint.
 "$DTRAIN" train --config "$quick" --epochs 1 --quiet --out "$TMP/run" || { echo "FAIL setup run"; exit 1; }
 python3 - "$TMP/run/checkpoints/epoch-1.ckpt" <<'PY'

@@ -1,8 +1,9 @@
-// The collective benchmark (comm/collective_benchmark.h): its rows carry nccl-tests' bus-bandwidth
-// factors and pass their correctness checks, sizes are rounded as documented, and the alpha-beta
-// fit recovers known coefficients.
+// The collective benchmark (experiments/collective_benchmark.h): its rows carry nccl-tests'
+// bus-bandwidth factors and pass their correctness checks, sizes are rounded as documented, and the
+// alpha-beta fit recovers known coefficients.
 #include "dtrain/experiments/collective_benchmark.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -151,6 +152,35 @@ TEST(CollectiveBenchmark, FitRecoversAlphaBetaOfSyntheticTimings) {
   fit_line({5, 5}, {1, 3}, alpha, beta);
   EXPECT_DOUBLE_EQ(beta, 0.0);
   EXPECT_DOUBLE_EQ(alpha, 2.0);
+}
+
+}  // namespace
+}  // namespace dtrain::experiments
+
+namespace dtrain::experiments {
+namespace {
+
+// Noise at the small sizes can tilt an ordinary fit below zero latency; the fit then keeps the
+// latency at 0 and fits the cost per byte alone (y = beta x through the origin).
+TEST(CollectiveBenchmark, FitNeverReportsANegativeLatencyOrCostPerByte) {
+  double alpha = 0.0, beta = 0.0;
+  // OLS through (1, 0), (2, 5), (3, 6): beta 3, alpha -2.
+  fit_line({1.0, 2.0, 3.0}, {0.0, 5.0, 6.0}, alpha, beta);
+  EXPECT_DOUBLE_EQ(alpha, 0.0);
+  EXPECT_NEAR(beta, (0.0 + 10.0 + 18.0) / (1.0 + 4.0 + 9.0), 1e-12);
+  // Falling times: beta would be negative; the latency is then the mean.
+  fit_line({1.0, 2.0, 3.0}, {6.0, 5.0, 4.0}, alpha, beta);
+  EXPECT_DOUBLE_EQ(beta, 0.0);
+  EXPECT_DOUBLE_EQ(alpha, 5.0);
+}
+
+TEST(CollectiveBenchmark, SizesMustBeWholeElements) {
+  CollectiveBenchmarkOptions options;
+  options.ops = {"allreduce"};
+  options.ranks = {2};
+  options.sizes = {4, 3};
+  EXPECT_THAT([&] { validate_collective_benchmark_options(options); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("size 3 bytes")));
 }
 
 }  // namespace

@@ -117,6 +117,20 @@ TEST(SweepModes, ExpandToTheirKeysAndRejectUnknownOnes) {
   EXPECT_THROW(mode_overrides("hogwash"), ConfigError);
 }
 
+// A point whose run fails stops the sweep; the finished points are kept and the failure is named.
+TEST_F(SweepTest, AFailingPointKeepsTheFinishedOnes) {
+  Config base = tiny();
+  base.data.path = (root_ / "no-cifar-here").string();
+  const SweepResult result =
+      run_sweep(base, {parse_sweep_axis("data.dataset=synthetic,cifar10")}, root_.string());
+  ASSERT_EQ(result.rows.size(), 1u);
+  EXPECT_EQ(result.rows[0].point[0], "synthetic");
+  EXPECT_THAT(result.failed_point, HasSubstr("cifar10"));
+  ASSERT_TRUE(result.failure);
+  EXPECT_THROW(std::rethrow_exception(result.failure), DataError);
+  EXPECT_THAT(sweep_csv(result), HasSubstr("synthetic"));
+}
+
 // Colocated servers run on the workers' ranks: the sweep counts the ranks the launcher starts.
 TEST_F(SweepTest, ColocatedServersAreNotCountedAsRanks) {
   Config base = tiny();

@@ -338,8 +338,16 @@ void validate_collective_benchmark_options(const CollectiveBenchmarkOptions& opt
           fmt::format("collective benchmark: ranks {} is not in [1, {}]", p, kMaxBenchmarkRanks));
     }
   }
+  const auto element = static_cast<std::int64_t>(dtype_size(options.dtype));
   for (auto size : options.sizes) {
     if (size < 1) throw ConfigError(fmt::format("collective benchmark: size {} is not >= 1", size));
+    // Rounding would silently measure another size (1, 3 and 5 bytes all as one f32).
+    if (size % element != 0) {
+      throw ConfigError(fmt::format(
+          "collective benchmark: size {} bytes is not a whole number of {} elements ({} bytes "
+          "each); give multiples of {}",
+          size, dtype_name(options.dtype), element, element));
+    }
   }
   // Each rank holds up to 3 buffers of `size` bytes (input, output, the algorithm's scratch);
   // inproc ranks share this process. Refused up front rather than failing with bad_alloc.
@@ -393,6 +401,20 @@ void fit_line(const std::vector<double>& x, const std::vector<double>& y, double
   }
   beta = sxx > 0 ? sxy / sxx : 0.0;
   alpha = my - beta * mx;
+  // A latency or a cost per byte below zero has no meaning (noise at the small sizes can tilt
+  // the line): fit the other parameter alone with that one at zero (non-negative least squares).
+  if (alpha < 0.0) {
+    double xx = 0, xy = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      xx += x[i] * x[i];
+      xy += x[i] * y[i];
+    }
+    alpha = 0.0;
+    beta = xx > 0 ? std::max(0.0, xy / xx) : 0.0;
+  } else if (beta < 0.0) {
+    beta = 0.0;
+    alpha = my;
+  }
 }
 
 std::vector<AlphaBetaFit> fit_alpha_beta(const std::vector<CollectiveBenchmarkRow>& rows) {

@@ -100,8 +100,9 @@ struct AlphaBetaFit {
   double beta_us_per_byte = 0.0;  // 1 / (1000 x asymptotic algbw in GB/s)
 };
 
-// Ordinary least squares of y = alpha + beta x; with fewer than two distinct x, beta = 0 and
-// alpha = mean(y). O(n).
+// Least squares of y = alpha + beta x with alpha, beta >= 0: the ordinary fit, or, where it gives
+// a negative latency (or cost per byte), the fit of the other parameter alone with that one at 0.
+// With fewer than two distinct x, beta = 0 and alpha = mean(y). O(n).
 void fit_line(const std::vector<double>& x, const std::vector<double>& y, double& alpha,
               double& beta);
 

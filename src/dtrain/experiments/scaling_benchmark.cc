@@ -102,14 +102,14 @@ class BatchStream {
  public:
   BatchStream(std::int64_t samples, std::int64_t batch, std::uint64_t seed)
       : sampler_(samples, seed), batch_(batch) {}
-  // Rank `rank` of `ranks`'s share of the next global batch (rank_share, as Trainer::run splits
-  // it).
+  // Rank `rank` of `ranks`'s share of the next global batch (data::rank_share, as Trainer::run
+  // splits it).
   std::span<const std::int64_t> next_share(int rank, int ranks) {
     if (order_.empty() || pos_ + batch_ > static_cast<std::int64_t>(order_.size())) {
       order_ = sampler_.epoch_order(epoch_++);
       pos_ = 0;
     }
-    const RankShare share = rank_share(batch_, rank, ranks);
+    const data::RankShare share = data::rank_share(batch_, rank, ranks);
     const std::int64_t begin = pos_ + share.begin;
     pos_ += batch_;
     return std::span<const std::int64_t>(order_).subspan(static_cast<std::size_t>(begin),

@@ -146,12 +146,21 @@ SweepResult run_sweep(
     }
     configs.push_back(config);
   }
-  SweepResult result{axes, {}};
+  SweepResult result;
+  result.axes = axes;
   for (std::size_t k = 0; k < points.size(); ++k) {
     TrainerOptions options;
     options.run_dir = (fs::path(out_dir) / point_name(axes, points[k])).string();
     options.quiet = true;
-    const RunSummary summary = run_training(configs[k], options);
+    RunSummary summary;
+    try {
+      summary = run_training(configs[k], options);
+    } catch (const Error&) {
+      // The finished points still count: the caller writes them before reporting this one.
+      result.failed_point = point_name(axes, points[k]);
+      result.failure = std::current_exception();
+      break;
+    }
     SweepRow row;
     row.point = points[k];
     row.ranks = ranks_of(configs[k]);

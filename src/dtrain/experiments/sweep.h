@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -54,7 +55,10 @@ struct SweepRow {
 
 struct SweepResult {
   std::vector<SweepAxis> axes;
-  std::vector<SweepRow> rows;
+  std::vector<SweepRow> rows;  // the points that finished, in order
+  // A point whose run failed stops the sweep: its name and its error (null when all finished).
+  std::string failed_point;
+  std::exception_ptr failure;
 };
 
 // Runs every point of `axes` on `base` (each point applied with --set semantics and validated

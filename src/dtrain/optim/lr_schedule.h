@@ -14,8 +14,9 @@
 //   decay "constant": lr = peak
 //   decay "step":     lr = peak * gamma^floor(t / step_size)
 //   decay "cosine":   lr = min_lr + (peak - min_lr) * (1 + cos(pi * min(t, T) / T)) / 2,
-//                     T = total_steps: the cosine phase lasts total_steps steps AFTER warmup (a run
-//                     of warmup_steps + total_steps steps ends at min_lr) and then stays at min_lr.
+//                     T = total_steps: the cosine phase lasts total_steps steps AFTER warmup and
+//                     then stays at min_lr. In a run of warmup_steps + total_steps steps the last
+//                     step has t = T - 1, one step above min_lr; min_lr is first used at t = T.
 #pragma once
 
 #include <cstdint>

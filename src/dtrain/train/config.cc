@@ -15,6 +15,7 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/comm/algorithms/algorithms.h"
+#include "dtrain/data/load.h"
 #include "dtrain/train/straggler.h"
 #include "dtrain/train/strategy_registry.h"
 
@@ -441,8 +442,10 @@ std::string toml_value(const Field& field) {
   return format_value(field.target);
 }
 
+// Infinities and NaN are never in range: a number key holds a finite value (TOML's inf and nan
+// would otherwise reach the optimizer or the schedule and fail there, under another name).
 bool in_range(const Field& field, double value) {
-  if (std::isnan(value)) return false;
+  if (!std::isfinite(value)) return false;
   if (field.min_open ? !(value > field.min) : !(value >= field.min)) return false;
   if (field.max_open ? !(value < field.max) : !(value <= field.max)) return false;
   return true;
@@ -659,8 +662,11 @@ void validate_impl(const Config& config, const Origins& origins,
     return it == origins.end() ? std::string(unknown_origin) : it->second;
   };
   auto out_of_range = [&](const Field& field, const std::string& value) {
-    throw ConfigError(fmt::format("config key '{}' = {} in {} is out of range; accepted: {}",
-                                  field.name(), value, where(field.name()), range_text(field)));
+    const bool infinite =
+        value.find("inf") != std::string::npos || value.find("nan") != std::string::npos;
+    throw ConfigError(fmt::format("config key '{}' = {} in {} is out of range; accepted: {}{}",
+                                  field.name(), value, where(field.name()), range_text(field),
+                                  infinite ? " (a finite number)" : ""));
   };
   for (const auto& field : table) {
     const std::string value = format_value(field.target);
@@ -712,7 +718,7 @@ void validate_impl(const Config& config, const Origins& origins,
   // trains the MLP on the dense data sets.
   const bool hogwild = config.parallel.strategy == "hogwild";
   const bool linear = config.model.name == "logistic" || config.model.name == "svm";
-  const bool sparse = config.data.dataset == "libsvm" || config.data.dataset == "sparse-synthetic";
+  const bool sparse = data::is_sparse_dataset(config.data.dataset);
   if (linear != sparse || (linear && !hogwild) ||
       (hogwild && !linear && config.model.name != "mlp")) {
     throw ConfigError(fmt::format(
@@ -723,6 +729,15 @@ void validate_impl(const Config& config, const Origins& origins,
         "dense data sets",
         config.parallel.strategy, where("parallel.strategy"), config.model.name,
         where("model.name"), config.data.dataset, where("data.dataset")));
+  }
+  if (config.data.dataset == "mnist" && config.data.path == DataSection{}.path) {
+    // MNIST and Fashion-MNIST share their IDX file names: this would train on Fashion-MNIST and
+    // report it as MNIST.
+    throw ConfigError(fmt::format(
+        "config key 'data.dataset' = \"mnist\" ({}) reads data.path = {}, the Fashion-MNIST "
+        "files (both use the same IDX file names); set data.path to a folder holding MNIST's "
+        "train-images-idx3-ubyte and friends, or use data.dataset = \"fashion-mnist\"",
+        where("data.dataset"), config.data.path));
   }
   if (config.data.dataset == "sparse-synthetic" &&
       config.data.sparse_nonzeros > config.data.sparse_features) {
@@ -864,6 +879,15 @@ std::vector<std::string> ignored_settings(const Config& config) {
     }
     if (p.servers != defaults.servers) note("servers", std::to_string(p.servers));
     if (p.colocate_servers != defaults.colocate_servers) note("colocate_servers", "true");
+  }
+  const ScheduleSection& s = config.schedule;
+  if (s.warmup == "gradual" && (s.scaling == "none" || config.train.batch_size == s.base_batch)) {
+    ignored.push_back(fmt::format(
+        "schedule.warmup = \"gradual\" does nothing here: it ramps from optim.lr to the "
+        "batch-scaled peak (Goyal et al.), and with schedule.scaling = \"{}\" and train.batch_size "
+        "= {} (schedule.base_batch = {}) the two are equal; for a ramp from a fraction of the rate "
+        "use warmup = \"constant\" with warmup_factor, or a scaling rule",
+        s.scaling, config.train.batch_size, s.base_batch));
   }
   const LocalSgdSection local_defaults;
   if (p.strategy != "local_sgd" && config.local_sgd != local_defaults) {

@@ -14,10 +14,10 @@ std::vector<optim::Segment> Strategy::optimizer_segments() const {
   return segments;
 }
 
-std::unique_ptr<SharePlan> Strategy::share_plan(std::int64_t train_samples) const {
-  return std::make_unique<GlobalBatchPlan>(train_samples, context_.config.train.batch_size,
-                                           context_.rank, context_.world,
-                                           context_.config.train.accumulate_steps);
+std::unique_ptr<data::SharePlan> Strategy::share_plan(std::int64_t train_samples) const {
+  return std::make_unique<data::GlobalBatchPlan>(train_samples, context_.config.train.batch_size,
+                                                 context_.rank, context_.world,
+                                                 context_.config.train.accumulate_steps);
 }
 
 std::vector<optim::StateTensor> Strategy::checkpoint_state(const optim::Optimizer& optimizer) {

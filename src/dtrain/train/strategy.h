@@ -30,10 +30,10 @@
 #include <vector>
 
 #include "dtrain/comm/communicator.h"
+#include "dtrain/data/batch_plan.h"
 #include "dtrain/nn/model.h"
 #include "dtrain/optim/optimizer.h"
 #include "dtrain/tensor/tensor.h"
-#include "dtrain/train/batch_plan.h"
 #include "dtrain/train/config.h"
 #include "dtrain/train/local_gradients.h"
 #include "dtrain/train/trace.h"
@@ -92,7 +92,7 @@ class Strategy {
   virtual std::vector<optim::Segment> optimizer_segments() const;
 
   // How this rank draws its samples (steps per epoch, the share of each step).
-  virtual std::unique_ptr<SharePlan> share_plan(std::int64_t train_samples) const;
+  virtual std::unique_ptr<data::SharePlan> share_plan(std::int64_t train_samples) const;
 
   // Whether the ranks meet in collectives outside the step: epoch-end evaluation sharded over the
   // ranks, epoch sums, per-rank rows and the trace. False for ranks that never wait for each

@@ -404,7 +404,7 @@ RunSummary Trainer::run() {
     const std::int64_t first = epoch == start_epoch ? start_position : 0;
     std::int64_t step_in_epoch = first / batch;
     plan_->begin_epoch(epoch, first);
-    while (const std::optional<Share> next = plan_->next()) {
+    while (const std::optional<data::Share> next = plan_->next()) {
       const std::int64_t count = next->batch;
       const std::int64_t scale_to = next->scale_to;
       const std::int64_t share_begin = next->begin;

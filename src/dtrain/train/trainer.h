@@ -16,12 +16,12 @@
 // communicator; at construction the ranks check that config and parameter layout agree. Rank 0
 // alone writes the run folder.
 //
-// Epochs: epoch e visits data::ShuffledSampler(N, seed).epoch_order(e); the strategy's SharePlan
-// (batch_plan.h) says which samples each of this rank's steps takes: by default the global batch
-// of train.batch_size split over the ranks, the last partial batch included (its loss is a mean
-// over fewer samples, so those samples weigh a little more in that one update; every sample is
-// seen once per epoch). Evaluation is sharded over the ranks when the strategy is collective, else
-// rank 0 evaluates alone.
+// Epochs: epoch e visits data::ShuffledSampler(N, seed).epoch_order(e); the strategy's
+// data::SharePlan (batch_plan.h) says which samples each of this rank's steps takes: by default the
+// global batch of train.batch_size split over the ranks, the last partial batch included (its loss
+// is a mean over fewer samples, so those samples weigh a little more in that one update; every
+// sample is seen once per epoch). Evaluation is sharded over the ranks when the strategy is
+// collective, else rank 0 evaluates alone.
 //
 // Reproducibility: initialisation, shuffling and dropout all draw from counter-based streams of
 // train.seed, so the same config and thread count give bitwise-identical losses and parameters,
@@ -41,11 +41,11 @@
 #include <vector>
 
 #include "dtrain/comm/communicator.h"
+#include "dtrain/data/batch_plan.h"
 #include "dtrain/nn/model.h"
 #include "dtrain/nn/model_zoo.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/optim/optimizer.h"
-#include "dtrain/train/batch_plan.h"
 #include "dtrain/train/config.h"
 #include "dtrain/train/local_gradients.h"
 #include "dtrain/train/metrics.h"
@@ -75,7 +75,7 @@ nn::ModelSpec model_spec(const ModelSection& config, const tensor::Shape& sample
 optim::OptimizerConfig optimizer_config(const OptimSection& config);
 // The schedule of a run of `epochs` x `steps_per_epoch` steps: base_lr = optim.lr, global_batch =
 // batch_size, warmup_epochs converted to steps, and for cosine decay total_steps = the steps after
-// warmup, so the last step of the run reaches min_lr.
+// warmup (the run's last step is then one cosine step above min_lr; lr_schedule.h).
 optim::ScheduleConfig schedule_config(const Config& config, std::int64_t steps_per_epoch);
 
 class Trainer {
@@ -121,7 +121,7 @@ class Trainer {
   std::unique_ptr<LocalGradients> local_;
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  std::unique_ptr<SharePlan> plan_;
+  std::unique_ptr<data::SharePlan> plan_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   StepResult last_step_;
 };

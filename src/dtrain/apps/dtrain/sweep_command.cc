@@ -89,10 +89,29 @@ int run_sweep_command(const SweepFlags& flags) {
                    index + 1, total, point, row.samples_per_second, row.epoch_seconds,
                    100.0 * row.final_test_accuracy);
       });
-  train::write_file_atomically((fs::path(out) / "sweep.csv").string(),
-                               experiments::sweep_csv(result));
-  train::write_file_atomically((fs::path(out) / "sweep.json").string(),
-                               experiments::sweep_json(result).dump(2) + "\n");
+  if (!result.rows.empty()) {
+    train::write_file_atomically((fs::path(out) / "sweep.csv").string(),
+                                 experiments::sweep_csv(result));
+    train::write_file_atomically((fs::path(out) / "sweep.json").string(),
+                                 experiments::sweep_json(result).dump(2) + "\n");
+  }
+  if (result.failure) {
+    // The error keeps its kind (exit code); the message names the point and what was kept.
+    const auto context = [&](const char* what) {
+      return fmt::format("sweep point {}: {}; {}", result.failed_point, what,
+                         result.rows.empty()
+                             ? std::string("no point finished")
+                             : fmt::format("the {} finished point(s) are in {}", result.rows.size(),
+                                           (fs::path(out) / "sweep.csv").string()));
+    };
+    try {
+      std::rethrow_exception(result.failure);
+    } catch (const InternalError& e) {
+      throw InternalError(context(e.what()));
+    } catch (const Error& e) {
+      throw Error(context(e.what()));
+    }
+  }
   if (flags.json) {
     fmt::print("{}\n", experiments::sweep_json(result).dump(2));
   } else {

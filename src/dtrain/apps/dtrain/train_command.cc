@@ -141,6 +141,24 @@ int run_train(const TrainFlags& flags) {
     overrides.push_back(fmt::format("parallel.backup_workers={}", flags.backup_workers));
   }
 
+  // A shortcut flag (--epochs) and a --set of the same key (train.epochs) would leave one of them
+  // silently ignored: refuse the pair, naming both.
+  const auto key_of = [](const std::string& assignment) {
+    std::string key = assignment.substr(0, assignment.find('='));
+    key.erase(0, key.find_first_not_of(' '));
+    key.erase(key.find_last_not_of(' ') + 1);
+    return key;
+  };
+  for (std::size_t i = flags.sets.size(); i < overrides.size(); ++i) {
+    for (const std::string& set : flags.sets) {
+      if (key_of(set) == key_of(overrides[i])) {
+        throw ConfigError(
+            fmt::format("--set {} and a shortcut flag giving {} both set {}; give one of them", set,
+                        overrides[i], key_of(set)));
+      }
+    }
+  }
+
   train::Config config;
   train::TrainerOptions options;
   options.quiet = flags.quiet;

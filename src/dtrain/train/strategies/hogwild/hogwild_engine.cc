@@ -5,8 +5,7 @@
 #include <algorithm>
 
 #include "dtrain/base/error.h"
-#include "dtrain/data/libsvm_reader.h"
-#include "dtrain/data/sparse_synthetic.h"
+#include "dtrain/data/load.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::train {
@@ -29,32 +28,13 @@ optim::LrSchedule hogwild_epoch_schedule(const Config& config) {
 
 HogwildData load_hogwild_data(const Config& config) {
   HogwildData out;
-  const DataSection& d = config.data;
   if (config.model.name == "mlp") {
-    out.dense = load_run_data(d);
+    out.dense = load_run_data(config.data);
     return out;
   }
-  if (d.dataset == "libsvm") {
-    out.sparse_train = data::read_libsvm(d.path);
-    if (!d.test_path.empty()) {
-      out.sparse_test = data::read_libsvm(d.test_path, out.sparse_train->num_features);
-      // The test set first: its labels map by the training set's values as read.
-      data::make_binary_labels(*out.sparse_test, *out.sparse_train);
-    }
-    data::make_binary_labels(*out.sparse_train);
-  } else {
-    data::SparseSyntheticConfig synthetic;
-    synthetic.samples = d.synthetic_samples;
-    synthetic.features = d.sparse_features;
-    synthetic.nonzeros = d.sparse_nonzeros;
-    synthetic.label_noise = d.sparse_label_noise;
-    synthetic.seed = static_cast<std::uint64_t>(d.synthetic_seed);
-    out.sparse_train = data::make_sparse_synthetic(synthetic);
-    synthetic.samples = d.synthetic_test_samples;
-    out.sparse_test = data::make_sparse_synthetic(synthetic, d.synthetic_samples);  // the next ones
-  }
-  out.sparse_train = data::take_first_rows(*out.sparse_train, d.limit_train);
-  if (out.sparse_test) out.sparse_test = data::take_first_rows(*out.sparse_test, d.limit_test);
+  data::SparseSplits sparse = data::load_sparse(data_spec(config.data));
+  out.sparse_train = std::move(sparse.train);
+  out.sparse_test = std::move(sparse.test);
   return out;
 }
 

@@ -27,7 +27,8 @@ ParameterServerWorker::ParameterServerWorker(const StrategyContext& context, ps:
   client_.pull(all, store.params(), 0);
 }
 
-std::unique_ptr<SharePlan> ParameterServerWorker::share_plan(std::int64_t train_samples) const {
+std::unique_ptr<data::SharePlan> ParameterServerWorker::share_plan(
+    std::int64_t train_samples) const {
   if (!ticketed()) return Strategy::share_plan(train_samples);
   return std::make_unique<TicketPlan>(context_.config, context_.world, train_samples, client_);
 }

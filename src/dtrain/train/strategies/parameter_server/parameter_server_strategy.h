@@ -24,7 +24,7 @@ class ParameterServerWorker final : public Strategy {
   // over context.comm, the workers' communicator). `client` must outlive the strategy.
   ParameterServerWorker(const StrategyContext& context, ps::Client& client);
   std::string name() const override { return "ps"; }
-  std::unique_ptr<SharePlan> share_plan(std::int64_t train_samples) const override;
+  std::unique_ptr<data::SharePlan> share_plan(std::int64_t train_samples) const override;
   bool collective() const override { return !ticketed(); }
   StepResult step(const StepInput& input, optim::Optimizer& optimizer) override;
   void before_evaluation() override;

@@ -22,12 +22,12 @@ TicketPlan::TicketPlan(const Config& config, int workers, std::int64_t train_sam
       local_batch_(ps_local_batch(config, workers)),
       tickets_per_epoch_(ps_tickets_per_epoch(config, workers, train_samples)),
       steps_per_epoch_((tickets_per_epoch_ + workers - 1) / workers) {
-  check_batch_covers_ranks(config.train.batch_size, workers, config.train.accumulate_steps);
+  data::check_batch_covers_ranks(config.train.batch_size, workers, config.train.accumulate_steps);
 }
 
 void TicketPlan::begin_epoch(std::int64_t epoch, std::int64_t /*position*/) { epoch_ = epoch; }
 
-std::optional<Share> TicketPlan::next() {
+std::optional<data::Share> TicketPlan::next() {
   // Tickets count over the whole run; one of the next epoch waits for the next epoch.
   if (pending_ < 0 && !exhausted_) pending_ = client_.next_ticket();
   if (pending_ < 0) {
@@ -41,7 +41,7 @@ std::optional<Share> TicketPlan::next() {
   // A ticket's gradient is a 1/W share of a global batch (linear scaling to the worker's batch):
   // W pushes then move the parameters as far as one synchronous step, rather than W times as far,
   // which with the momentum asynchrony adds diverged at W = 6 (docs/PS.md).
-  return Share{begin, size, size, local_batch_ * workers_};
+  return data::Share{begin, size, size, local_batch_ * workers_};
 }
 
 }  // namespace dtrain::train

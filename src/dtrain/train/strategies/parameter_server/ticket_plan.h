@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "dtrain/data/batch_plan.h"
 #include "dtrain/ps/client.h"
-#include "dtrain/train/batch_plan.h"
 #include "dtrain/train/config.h"
 
 namespace dtrain::train {
@@ -18,14 +18,14 @@ std::int64_t ps_local_batch(const Config& config, std::int64_t workers);
 std::int64_t ps_tickets_per_epoch(const Config& config, std::int64_t workers,
                                   std::int64_t train_samples);
 
-class TicketPlan final : public SharePlan {
+class TicketPlan final : public data::SharePlan {
  public:
   // `client` must outlive the plan.
   TicketPlan(const Config& config, int workers, std::int64_t train_samples, ps::Client& client);
   // About tickets / workers steps each: a progress bar's and a schedule's epoch.
   std::int64_t steps_per_epoch() const override { return steps_per_epoch_; }
   void begin_epoch(std::int64_t epoch, std::int64_t position) override;
-  std::optional<Share> next() override;
+  std::optional<data::Share> next() override;
   bool independent() const override { return true; }
 
  private:

@@ -1,4 +1,4 @@
-#include "dtrain/train/batch_plan.h"
+#include "dtrain/data/batch_plan.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 
 #include "dtrain/base/error.h"
 
-namespace dtrain::train {
+namespace dtrain::data {
 
 void check_batch_covers_ranks(std::int64_t batch, int ranks, std::int64_t accumulate) {
   if (batch < ranks * accumulate) {
@@ -46,4 +46,4 @@ std::optional<Share> GlobalBatchPlan::next() {
   return share;
 }
 
-}  // namespace dtrain::train
+}  // namespace dtrain::data

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <optional>
 
-namespace dtrain::train {
+namespace dtrain::data {
 
 // Rank r's part of a global batch of `count` samples over P ranks: [count r / P, count (r + 1) /
 // P), sizes differing by at most one.
@@ -72,4 +72,4 @@ class GlobalBatchPlan final : public SharePlan {
   std::int64_t step_ = 0;
 };
 
-}  // namespace dtrain::train
+}  // namespace dtrain::data

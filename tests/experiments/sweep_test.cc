@@ -115,6 +115,9 @@ TEST(SweepModes, ExpandToTheirKeysAndRejectUnknownOnes) {
   EXPECT_THROW(mode_overrides("backup="), ConfigError);
   EXPECT_THROW(mode_overrides("ssp=x"), ConfigError);
   EXPECT_THROW(mode_overrides("hogwash"), ConfigError);
+  EXPECT_EQ(mode_overrides("local_sgd=4"),
+            (std::vector<std::string>{"parallel.strategy=\"local_sgd\"", "local_sgd.period=4"}));
+  EXPECT_THROW(mode_overrides("local_sgd="), ConfigError);
 }
 
 // A point whose run fails stops the sweep; the finished points are kept and the failure is named.

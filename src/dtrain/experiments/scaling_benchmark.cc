@@ -19,6 +19,7 @@
 #include "dtrain/train/statistics.h"
 #include "dtrain/train/straggler.h"
 #include "dtrain/train/strategies/hogwild/hogwild_engine.h"
+#include "dtrain/train/strategy_registry.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::experiments {
@@ -27,12 +28,15 @@ namespace dtrain::experiments {
 using namespace dtrain::train;  // NOLINT(google-build-using-namespace)
 
 void check_scaling_benchmark(const Config& config, const ScalingBenchmarkOptions& options) {
+  // Strategies with one Trainer per rank (allreduce, local_sgd) run their own steps here;
+  // Hogwild! its epochs; ranks with roles (parameter servers) are compared by `dtrain sweep`.
   const std::string& strategy = config.parallel.strategy;
-  if (strategy != "allreduce" && strategy != "hogwild") {
+  const StrategyInfo& info = find_strategy(strategy);
+  if (strategy != "hogwild" && (!info.make || info.run_rank)) {
     throw ConfigError(fmt::format(
         "bench scaling: parallel.strategy = \"{}\" is not measured here; it measures "
-        "\"allreduce\" (data parallelism) and \"hogwild\"; for parameter servers compare runs "
-        "with `dtrain sweep --modes`",
+        "\"allreduce\" (data parallelism), \"local_sgd\" and \"hogwild\"; for parameter servers "
+        "compare runs with `dtrain sweep --modes`",
         strategy));
   }
   if (options.workers.empty()) throw ConfigError("bench scaling: --workers names no count");

@@ -103,9 +103,13 @@ std::vector<std::string> mode_overrides(const std::string& mode) {
     return with({"parallel.consistency=\"ssp\"",
                  fmt::format("parallel.staleness={}", mode_count(mode, 4))});
   }
+  if (mode.rfind("local_sgd=", 0) == 0) {
+    return {"parallel.strategy=\"local_sgd\"",
+            fmt::format("local_sgd.period={}", mode_count(mode, 10))};
+  }
   throw ConfigError(fmt::format(
       "unknown sweep mode '{}'; choose allreduce, sync, backup=B, async, async/K (pull every K "
-      "steps) or ssp=S",
+      "steps), ssp=S or local_sgd=H",
       mode));
 }
 

@@ -44,7 +44,8 @@ replicated) in a sweep; --grid parallel.zero_stage=0,1 compares the two.
 
 --modes compares ways of training under the same conditions (for example --straggler):
 allreduce, sync (parameter servers, bsp), backup=B (bsp using the first workers - B gradients),
-async (Downpour; async/K pulls every K steps) and ssp=S (staleness bound S). docs/PS.md.)";
+async (Downpour; async/K pulls every K steps), ssp=S (staleness bound S; docs/PS.md) and
+local_sgd=H (average the replicas every H steps; docs/LOCAL_SGD.md).)";
 
 constexpr const char* kSweepFooter = R"(
 Examples:
@@ -52,7 +53,8 @@ Examples:
   dtrain sweep --config examples/fashion_mlp.toml --workers 2 --grid parallel.fusion_bytes=0,1048576 \
       --grid parallel.overlap=true,false --epochs 1
   dtrain sweep --config examples/fashion_mlp_ps.toml --workers 3 --straggler rank=2,slowdown=3 \
-      --modes allreduce,sync,backup=1,async,ssp=3)";
+      --modes allreduce,sync,backup=1,async,ssp=3
+  dtrain sweep --config examples/fashion_mlp.toml --workers 2 --modes allreduce,local_sgd=4,local_sgd=16)";
 
 int run_sweep_command(const SweepFlags& flags) {
   std::vector<std::string> overrides = flags.sets;

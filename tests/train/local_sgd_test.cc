@@ -144,6 +144,33 @@ TEST_F(LocalSgdTest, ResumeContinuesBitwise) {
   EXPECT_EQ(resumed, uninterrupted);
 }
 
+// An evaluation in the middle of an epoch sees the replicas' average and gives every rank its own
+// replica back: the training is the same as without it, bit for bit.
+TEST_F(LocalSgdTest, MidEpochEvaluationDoesNotChangeTheTraining) {
+  const Config plain = local_sgd_config(4);
+  Config evaluated = plain;
+  evaluated.train.eval_every_steps = 3;  // after steps 3, 6, 9: between averages
+  const std::string run_dir = dir("evaluated");
+  EXPECT_EQ(allreduce_training(evaluated, 2, run_dir), allreduce_training(plain, 2));
+  std::ifstream metrics(fs::path(run_dir) / "metrics.jsonl");
+  int evals = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    if (nlohmann::json::parse(line).value("kind", "") == "eval") ++evals;
+  }
+  EXPECT_EQ(evals, 6);  // 3 per epoch of 10 steps
+}
+
+// Each rank's momentum is its own: a checkpoint of 2 ranks does not resume on 3.
+TEST_F(LocalSgdTest, ResumeOnAnotherNumberOfRanksIsRefused) {
+  Config config = local_sgd_config(3);
+  config.train.epochs = 1;
+  const std::string run_dir = dir("two");
+  allreduce_training(config, 2, run_dir);
+  config.train.epochs = 2;
+  EXPECT_THAT([&] { allreduce_training(config, 3, run_dir, /*resume=*/true); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("local SGD optimizer state of 2 ranks")));
+}
+
 TEST_F(LocalSgdTest, ConfigKeysAreCheckedAndNamed) {
   EXPECT_THAT([] { parse_config("[local_sgd]\nperiod = 0\n", "test.toml"); },
               ::testing::ThrowsMessage<ConfigError>(HasSubstr("local_sgd.period")));

@@ -76,9 +76,9 @@ struct CollectiveBenchmarkRow {
   int ranks = 0;
   // Bytes per rank, as nccl-tests counts them: the buffer of allreduce/broadcast, the (P x count)
   // output of allgather and gather, the (P x count) input of reduce_scatter and scatter, the
-  // (P x count) buffers of alltoall. The requested size is rounded
-  // down to whole elements (and to a multiple of P elements for those five), at
-  // least one element (P for those five).
+  // (P x count) buffers of alltoall. A requested size must be whole elements
+  // (validate_collective_benchmark_options); for those five it is rounded down to a multiple of
+  // P elements, at least P.
   std::int64_t size = 0;
   std::int64_t count = 0;  // size / dtype_size(dtype) elements
   std::string dtype;

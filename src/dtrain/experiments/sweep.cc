@@ -159,7 +159,7 @@ SweepResult run_sweep(
     RunSummary summary;
     try {
       summary = run_training(configs[k], options);
-    } catch (const Error&) {
+    } catch (const std::exception&) {
       // The finished points still count: the caller writes them before reporting this one.
       result.failed_point = point_name(axes, points[k]);
       result.failure = std::current_exception();

@@ -42,6 +42,8 @@ struct ReducerContext {
 class GradientReducer {
  public:
   virtual ~GradientReducer() = default;
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
 
   // What a bucket's gradients go through, for messages and the trace ("allreduce",
   // "reduce-scatter", "fused reduce").

@@ -67,6 +67,9 @@ struct BucketTiming {
 class GradientSynchronizer {
  public:
   GradientSynchronizer(comm::Communicator& comm, nn::Model& model, DataParallelOptions options);
+  // The reducer refers to buckets_: the synchronizer stays where it was built.
+  GradientSynchronizer(const GradientSynchronizer&) = delete;
+  GradientSynchronizer& operator=(const GradientSynchronizer&) = delete;
 
   void begin_step();
   // Model::backward's after_layer callback.

@@ -104,12 +104,14 @@ class Strategy {
   virtual StepResult step(const StepInput& input, optim::Optimizer& optimizer) = 0;
 
   // After the epoch's last step, on every rank, before its evaluation and checkpoint (local SGD
-  // averages the replicas there).
-  virtual void end_epoch() {}
+  // averages the replicas there); returns the seconds it spent communicating.
+  virtual double end_epoch() { return 0.0; }
 
-  // Called before every evaluation, on the ranks that evaluate (parameter servers: fetch the
-  // servers' parameters when the worker's own copy may be stale).
+  // Called around every evaluation, on the ranks that evaluate (collective when collective()):
+  // parameter servers fetch the servers' parameters when the worker's own copy may be stale; local
+  // SGD evaluates the replicas' average mid-epoch and restores each replica after.
   virtual void before_evaluation() {}
+  virtual void after_evaluation() {}
 
   // Whether checkpoints are written; a strategy without them refuses --resume itself.
   virtual bool keeps_checkpoints() const { return true; }

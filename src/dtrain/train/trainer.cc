@@ -375,11 +375,14 @@ RunSummary Trainer::run() {
   auto evaluate_now = [&](double& seconds) {
     if (collective) {
       strategy_->before_evaluation();
-      return evaluate();
+      const Evaluation result = evaluate();
+      strategy_->after_evaluation();
+      return result;
     }
     Stopwatch clock;
     strategy_->before_evaluation();
     const Evaluation result = evaluate(/*alone=*/true);
+    strategy_->after_evaluation();
     seconds += clock.seconds();
     train_seconds += clock.seconds();
     return result;
@@ -474,9 +477,13 @@ RunSummary Trainer::run() {
     }
     {
       Stopwatch clock;  // local SGD's last average of the epoch: training time
-      strategy_->end_epoch();
-      epoch_seconds += clock.seconds();
-      train_seconds += clock.seconds();
+      const double communicating = strategy_->end_epoch();
+      const double seconds = clock.seconds();
+      epoch_seconds += seconds;
+      train_seconds += seconds;
+      epoch_totals.seconds += seconds;
+      epoch_totals.comm += communicating;
+      epoch_totals.waiting += communicating;
     }
     if (plan_->independent()) {
       // Every share of the epoch went to some rank: the epoch's samples, in this rank's time.

@@ -108,10 +108,20 @@ int run_sweep_command(const SweepFlags& flags) {
     };
     try {
       std::rethrow_exception(result.failure);
+    } catch (const ConfigError& e) {
+      throw ConfigError(context(e.what()));
+    } catch (const DataError& e) {
+      throw DataError(context(e.what()));
+    } catch (const CheckpointError& e) {
+      throw CheckpointError(context(e.what()));
+    } catch (const ShapeError& e) {
+      throw ShapeError(context(e.what()));
     } catch (const InternalError& e) {
       throw InternalError(context(e.what()));
     } catch (const Error& e) {
       throw Error(context(e.what()));
+    } catch (const std::exception& e) {  // not dtrain's own: reported as internal (exit 3)
+      throw InternalError(context(e.what()));
     }
   }
   if (flags.json) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <string_view>
 
 #include "dtrain/base/error.h"
@@ -65,8 +66,34 @@ StepResult LocalSgd::step(const StepInput& input, optim::Optimizer& optimizer) {
   return result;
 }
 
-void LocalSgd::end_epoch() {
-  if (local_steps_ > 0) average();
+double LocalSgd::end_epoch() {
+  if (local_steps_ == 0) return 0.0;
+  const auto start = TraceRecorder::Clock::now();
+  const double seconds = average();
+  if (context_.trace.enabled()) {
+    context_.trace.add("average parameters (epoch end)", "comm", TraceRecorder::kComputeThread,
+                       start, TraceRecorder::Clock::now());
+  }
+  return seconds;
+}
+
+void LocalSgd::before_evaluation() {
+  // Mid-epoch (train.eval_every_steps): evaluate the average of the replicas, as the epoch's end
+  // does, without changing what each replica trains on next.
+  if (local_steps_ == 0) return;
+  nn::ParamStore& store = context_.model.store();
+  saved_params_.assign(store.params(), store.params() + store.num_params());
+  saved_buffers_.assign(store.buffers(), store.buffers() + store.num_buffer_elements());
+  mean_of_replicas();
+  restore_after_evaluation_ = true;
+}
+
+void LocalSgd::after_evaluation() {
+  if (!restore_after_evaluation_) return;
+  nn::ParamStore& store = context_.model.store();
+  std::copy(saved_params_.begin(), saved_params_.end(), store.params());
+  std::copy(saved_buffers_.begin(), saved_buffers_.end(), store.buffers());
+  restore_after_evaluation_ = false;
 }
 
 double LocalSgd::bytes_sent() const {
@@ -80,6 +107,14 @@ double LocalSgd::bytes_sent() const {
 double LocalSgd::average() {
   const auto start = std::chrono::steady_clock::now();
   const double sent_before = bytes_sent();
+  mean_of_replicas();
+  local_steps_ = 0;
+  ++averages_;
+  averaging_bytes_sent_ += bytes_sent() - sent_before;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void LocalSgd::mean_of_replicas() {
   nn::ParamStore& store = context_.model.store();
   const auto ranks = static_cast<float>(context_.world);
   // The ranks compared their parameter layouts at start: the per-call header check (a round trip
@@ -93,10 +128,6 @@ double LocalSgd::average() {
   };
   mean(store.params(), store.num_params());
   mean(store.buffers(), store.num_buffer_elements());  // batch-norm running statistics
-  local_steps_ = 0;
-  ++averages_;
-  averaging_bytes_sent_ += bytes_sent() - sent_before;
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 std::vector<optim::StateTensor> LocalSgd::checkpoint_state(const optim::Optimizer& optimizer) {
@@ -118,25 +149,28 @@ void LocalSgd::restore_state(std::vector<optim::StateTensor> state, std::int64_t
                              optim::Optimizer& optimizer, const std::string& path) {
   const std::string prefix = rank_prefix(context_.rank);
   std::vector<optim::StateTensor> mine;
-  bool per_rank = false;
+  std::set<std::string> writers;  // the "rankN/" prefixes the checkpoint holds
   for (optim::StateTensor& tensor : state) {
-    if (tensor.name.rfind("rank", 0) == 0 && tensor.name.find('/') != std::string::npos) {
-      per_rank = true;
+    const auto slash = tensor.name.find('/');
+    if (tensor.name.rfind("rank", 0) == 0 && slash != std::string::npos) {
+      writers.insert(tensor.name.substr(0, slash + 1));
     }
     if (tensor.name.rfind(prefix, 0) == 0) {
       mine.push_back({tensor.name.substr(prefix.size()), std::move(tensor.values)});
     }
   }
-  if (!per_rank) {
+  if (writers.empty()) {
     // A checkpoint of synchronous training: every replica starts from its (replicated) state.
     Strategy::restore_state(std::move(state), optimizer_steps, optimizer, path);
     return;
   }
-  if (mine.empty()) {
+  // Every rank reads the same file and so fails alike: no rank goes on to wait for the others.
+  if (std::ssize(writers) != context_.world) {
     throw CheckpointError(fmt::format(
-        "checkpoint {} holds local SGD optimizer state for fewer ranks than this run's {} (none "
-        "for rank {}); resume with the number of ranks that wrote it",
-        path, context_.world, context_.rank));
+        "checkpoint {} holds the local SGD optimizer state of {} ranks, and this run has {}; each "
+        "rank's momentum is its own, so resume with {} ranks (or start a new run from the "
+        "checkpoint's averaged parameters with --config)",
+        path, writers.size(), context_.world, writers.size()));
   }
   Strategy::restore_state(std::move(mine), optimizer_steps, optimizer, path);
 }
@@ -144,16 +178,16 @@ void LocalSgd::restore_state(std::vector<optim::StateTensor> state, std::int64_t
 std::vector<std::string> LocalSgd::describe() const {
   const auto& settings = context_.config.local_sgd;
   const std::int64_t n = context_.model.store().num_params();
+  const std::string algorithm = comm_.options().allreduce_algorithm;
   return {fmt::format(
-      "local SGD: {} ranks, parameters averaged every {} local step(s){} by {} allreduce: "
-      "2 (P-1)/P x 4N / H = {:.0f} bytes sent per rank and step",
+      "local SGD: {} ranks, parameters averaged every {} local step(s){} by {} allreduce; ring: "
+      "2 (P-1)/P x 4N / H = {:.0f} bytes sent per rank and step{}",
       context_.world, settings.period,
       settings.synchronous_steps > 0
           ? fmt::format(" (every step for the first {})", settings.synchronous_steps)
           : "",
-      comm_.options().allreduce_algorithm.empty() ? std::string("the default")
-                                                  : comm_.options().allreduce_algorithm,
-      average_bytes(n, context_.world) / static_cast<double>(settings.period))};
+      algorithm, average_bytes(n, context_.world) / static_cast<double>(settings.period),
+      algorithm == "ring" ? "" : " (other algorithms move other amounts)")};
 }
 
 nlohmann::json LocalSgd::summary(const RunTotalsView& totals) {

@@ -1,7 +1,8 @@
 // Local SGD (parallel.strategy = "local_sgd"; docs/LOCAL_SGD.md): Lin et al. 2018, "Don't use
 // large mini-batches, use local SGD"; PyTorch's PostLocalSGD. Each rank takes H =
 // local_sgd.period optimizer steps on its own replica with its share of each global batch, then
-// the replicas average their parameters (and batch-norm statistics) with one allreduce. Seed 004
+// the replicas average their parameters with one allreduce (and their batch-norm statistics with a
+// second, where the model has them). Seed 004
 // counts the rounds of communication: synchronous SGD needs one per step (O(K) over K steps);
 // local SGD needs K / H.
 //
@@ -13,19 +14,24 @@
 // is not linear, so H = 1 only approximates synchronous Adam.
 //
 // Averages run after every H-th local step, and after the epoch's last step whatever the count,
-// so that evaluation and checkpoints see one model. The first local_sgd.synchronous_steps steps
-// of the run average after every step (PostLocalSGD's warm-up: local steps early in training cost
-// accuracy).
+// so that evaluation and checkpoints see one model. An evaluation in the middle of an epoch
+// (train.eval_every_steps) evaluates the average of the replicas and then gives each rank its own
+// replica back, so that it does not change the training. The first local_sgd.synchronous_steps
+// steps of the run average after every step (PostLocalSGD's warm-up: local steps early in training
+// cost accuracy).
 //
 // Cost per rank and average (ring allreduce of N parameters of 4 bytes): 2 (P-1)/P x 4N bytes
 // sent, 2(P-1) rounds; per step, that over H. Synchronous data parallelism sends the same bytes
-// every step.
+// every step. The averages use parallel.allreduce; the formula printed beside the measurement is
+// the ring's (other algorithms move other amounts).
 //
-// Checkpoints keep each rank's own optimizer state (momentum is local), gathered to rank 0 and
-// stored per rank ("rank3/momentum"); a resume needs the same number of ranks.
+// Checkpoints keep each rank's own optimizer state (momentum is local), allgathered (every rank
+// holds the P states while a checkpoint is written; rank 0 writes them) and stored per rank
+// ("rank3/momentum"); a resume needs the same number of ranks, and every rank refuses another.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "dtrain/train/strategy.h"
 
@@ -37,7 +43,9 @@ class LocalSgd final : public Strategy {
   explicit LocalSgd(const StrategyContext& context);
   std::string name() const override { return "local_sgd"; }
   StepResult step(const StepInput& input, optim::Optimizer& optimizer) override;
-  void end_epoch() override;
+  double end_epoch() override;
+  void before_evaluation() override;
+  void after_evaluation() override;
   std::vector<optim::StateTensor> checkpoint_state(const optim::Optimizer& optimizer) override;
   void restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
                      optim::Optimizer& optimizer, const std::string& path) override;
@@ -49,8 +57,10 @@ class LocalSgd final : public Strategy {
   static double average_bytes(std::int64_t parameters, int ranks);
 
  private:
-  // Averages the replicas' parameters and buffers; returns the seconds it took.
+  // Averages the replicas' parameters and buffers, counting it; returns the seconds it took.
   double average();
+  // The averaging itself: allreduce (sum) of the parameters, then of the buffers, then / P.
+  void mean_of_replicas();
 
   // Bytes this rank has sent over comm_, all collectives together.
   double bytes_sent() const;
@@ -59,6 +69,10 @@ class LocalSgd final : public Strategy {
   std::int64_t local_steps_ = 0;     // steps since the last average
   std::int64_t averages_ = 0;        // averages this run
   double averaging_bytes_sent_ = 0;  // by this rank, in those averages
+  // Mid-epoch evaluation: this replica's own parameters and buffers, restored afterwards.
+  std::vector<float> saved_params_;
+  std::vector<float> saved_buffers_;
+  bool restore_after_evaluation_ = false;
 };
 
 }  // namespace dtrain::train

@@ -216,4 +216,29 @@ const tensor::Tensor& BatchNorm::backward(const tensor::Tensor& dy, bool need_in
   return dx_;
 }
 
+void GroupBatchNormReducer::reduce_statistics(ChannelStats& stats) {
+  // (sum (F), sum_sq (F), count): one allreduce. The count is exact in a double up to 2^53.
+  const std::size_t f = stats.sum.size();
+  buffer_.resize(2 * f + 1);
+  std::copy(stats.sum.begin(), stats.sum.end(), buffer_.begin());
+  std::copy(stats.sum_sq.begin(), stats.sum_sq.end(), buffer_.begin() + static_cast<long>(f));
+  buffer_[2 * f] = static_cast<double>(stats.count);
+  group_.allreduce_sum(buffer_.data(), static_cast<std::int64_t>(buffer_.size()));
+  std::copy(buffer_.begin(), buffer_.begin() + static_cast<long>(f), stats.sum.begin());
+  std::copy(buffer_.begin() + static_cast<long>(f), buffer_.begin() + static_cast<long>(2 * f),
+            stats.sum_sq.begin());
+  stats.count = static_cast<std::int64_t>(buffer_[2 * f]);
+}
+
+void GroupBatchNormReducer::reduce_gradient_sums(std::vector<double>& sum_dy,
+                                                 std::vector<double>& sum_dy_xhat) {
+  const std::size_t f = sum_dy.size();
+  buffer_.resize(2 * f);
+  std::copy(sum_dy.begin(), sum_dy.end(), buffer_.begin());
+  std::copy(sum_dy_xhat.begin(), sum_dy_xhat.end(), buffer_.begin() + static_cast<long>(f));
+  group_.allreduce_sum(buffer_.data(), static_cast<std::int64_t>(buffer_.size()));
+  std::copy(buffer_.begin(), buffer_.begin() + static_cast<long>(f), sum_dy.begin());
+  std::copy(buffer_.begin() + static_cast<long>(f), buffer_.end(), sum_dy_xhat.begin());
+}
+
 }  // namespace dtrain::nn

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/nn/group_comm.h"
 #include "dtrain/nn/layer.h"
 
 namespace dtrain::nn {
@@ -50,6 +51,21 @@ class BatchNormReducer {
   virtual void reduce_statistics(ChannelStats& stats) = 0;
   virtual void reduce_gradient_sums(std::vector<double>& sum_dy,
                                     std::vector<double>& sum_dy_xhat) = 0;
+};
+
+// The sums of a synchronized batch norm over the ranks of a GroupComm (group_comm.h): one
+// allreduce of (sum x, sum x^2, count), 2F + 1 doubles, in forward; one of (sum dy, sum dy xhat),
+// 2F doubles, in backward. parallel::sync_batch_norm installs one over the data-parallel ranks.
+class GroupBatchNormReducer : public BatchNormReducer {
+ public:
+  // `group` must outlive the reducer.
+  explicit GroupBatchNormReducer(GroupComm& group) : group_(group) {}
+  void reduce_statistics(ChannelStats& stats) override;
+  void reduce_gradient_sums(std::vector<double>& sum_dy, std::vector<double>& sum_dy_xhat) override;
+
+ private:
+  GroupComm& group_;
+  std::vector<double> buffer_;
 };
 
 class BatchNorm : public Layer {

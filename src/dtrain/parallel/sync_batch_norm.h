@@ -11,18 +11,23 @@
 #include "dtrain/comm/communicator.h"
 #include "dtrain/nn/batch_norm.h"
 #include "dtrain/nn/model.h"
+#include "dtrain/parallel/comm_group.h"
 
 namespace dtrain::parallel {
 
-class SyncBatchNormReducer : public nn::BatchNormReducer {
+// nn::GroupBatchNormReducer over the ranks of `comm` (through parallel::CommGroup).
+class SyncBatchNormReducer final : public nn::BatchNormReducer {
  public:
-  explicit SyncBatchNormReducer(comm::Communicator& comm) : comm_(comm) {}
-  void reduce_statistics(nn::ChannelStats& stats) override;
-  void reduce_gradient_sums(std::vector<double>& sum_dy, std::vector<double>& sum_dy_xhat) override;
+  explicit SyncBatchNormReducer(comm::Communicator& comm) : group_(comm), sums_(group_) {}
+  void reduce_statistics(nn::ChannelStats& stats) override { sums_.reduce_statistics(stats); }
+  void reduce_gradient_sums(std::vector<double>& sum_dy,
+                            std::vector<double>& sum_dy_xhat) override {
+    sums_.reduce_gradient_sums(sum_dy, sum_dy_xhat);
+  }
 
  private:
-  comm::Communicator& comm_;
-  std::vector<double> buffer_;
+  CommGroup group_;
+  nn::GroupBatchNormReducer sums_;
 };
 
 // Every BatchNorm of `model`, residual blocks' included, in layer order.

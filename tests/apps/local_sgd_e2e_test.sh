@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end local SGD: `dtrain train --strategy local_sgd` with --period 1 follows synchronous
-# training, --period 4 sends a quarter of the averaging bytes and still learns, the same under
-# mpirun (2 processes), a resume continues the run, and bad settings fail with one line, exit 2.
+# training, --period 4 sends a quarter of the averaging bytes and still learns, a resume continues
+# the run, H = 4 on Fashion-MNIST ends within 1 point of synchronous training, the same runs
+# under mpirun (2 processes), and bad settings fail with one line, exit 2.
 # Usage: bash local_sgd_e2e_test.sh /path/to/dtrain   (run by ctest as apps.local_sgd_e2e_test)
 set -euo pipefail
 DTRAIN=$(realpath "$1")
@@ -45,6 +46,19 @@ a, b = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
 assert a["final_train_loss"] == b["final_train_loss"] and a["final_test_accuracy"] == b["final_test_accuracy"], (a, b)
 PY
 echo "ok: a resumed local SGD run ends bitwise where the uninterrupted one does"
+
+# The issue's bar, on real data: Fashion-MNIST, 2 workers, H = 4, 3 epochs within 1 point of
+# synchronous training (measured 85.86% against 86.26%, docs/LOCAL_SGD.md).
+FMNIST=examples/fashion_mlp_local_sgd.toml
+"$DTRAIN" train --config $FMNIST --quiet --strategy allreduce --out "$TMP/fm-sync"
+"$DTRAIN" train --config $FMNIST --quiet --strategy local_sgd --period 4 --out "$TMP/fm-h4"
+python3 - "$TMP/fm-sync" "$TMP/fm-h4" <<'PY' || fail "local SGD on Fashion-MNIST is more than 1 point below synchronous training"
+import json, sys
+sync, local = (json.load(open(d + "/summary.json"))["final_test_accuracy"] for d in sys.argv[1:])
+print(f"Fashion-MNIST, 3 epochs: synchronous {100 * sync:.2f}%, local SGD H = 4 {100 * local:.2f}%")
+assert local >= sync - 0.01 and local > 0.84, (sync, local)
+PY
+echo "ok: local SGD with H = 4 within 1 point of synchronous training on Fashion-MNIST"
 
 if command -v mpirun > /dev/null; then
   MPIRUN=(mpirun --oversubscribe)

@@ -10,7 +10,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 cd "$ROOT"
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$ROOT/tests/apps/e2e_helpers.sh"  # fail, expect_error
 
 # --- Synthetic: 1 worker and 3 workers follow the same trajectory ---------------------------------
 "$DTRAIN" train --config examples/synthetic_quick.toml --quiet --out "$TMP/one"
@@ -43,16 +43,6 @@ python3 -c 'import json,sys; assert len(json.load(open(sys.argv[1]))) == 4' "$TM
 echo "ok: dtrain sweep"
 
 # --- Bad parallel settings: one line, exit code 2 --------------------------------------------------
-expect_error() {  # expect_error PATTERN ARGS...
-  local pattern=$1; shift
-  set +e
-  "$DTRAIN" "$@" > "$TMP/out.txt" 2> "$TMP/err.txt"
-  local rc=$?
-  set -e
-  [[ $rc -eq 2 ]] || { cat "$TMP/err.txt" >&2; fail "expected exit 2 from: $*, got $rc"; }
-  [[ $(wc -l < "$TMP/err.txt") -eq 1 ]] || { cat "$TMP/err.txt" >&2; fail "expected one line from: $*"; }
-  grep -q -- "$pattern" "$TMP/err.txt" || { cat "$TMP/err.txt" >&2; fail "expected '$pattern' from: $*"; }
-}
 expect_error "parallel.allreduce" train --config examples/synthetic_quick.toml --allreduce bogus --out "$TMP/bad1"
 expect_error "batch_size" train --config examples/synthetic_quick.toml --workers 4 \
   --set train.batch_size=3 --out "$TMP/bad2"

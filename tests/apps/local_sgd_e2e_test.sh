@@ -11,7 +11,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 cd "$ROOT"
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$ROOT/tests/apps/e2e_helpers.sh"  # fail, expect_error
 CONFIG=examples/synthetic_quick.toml
 QUICK=(--set data.synthetic_samples=2048)   # 32 steps per epoch of 64
 
@@ -74,16 +74,6 @@ PY
   echo "ok: mpirun -np 2 local SGD follows the 2-thread run"
 fi
 
-expect_error() {  # expect_error PATTERN ARGS...
-  local pattern=$1; shift
-  set +e
-  "$DTRAIN" "$@" > "$TMP/out.txt" 2> "$TMP/err.txt"
-  local rc=$?
-  set -e
-  [[ $rc -eq 2 ]] || { cat "$TMP/err.txt" >&2; fail "expected exit 2 from: $*, got $rc"; }
-  [[ $(wc -l < "$TMP/err.txt") -eq 1 ]] || { cat "$TMP/err.txt" >&2; fail "expected one line from: $*"; }
-  grep -q -- "$pattern" "$TMP/err.txt" || { cat "$TMP/err.txt" >&2; fail "expected '$pattern' from: $*"; }
-}
 expect_error "local_sgd.period" train --config $CONFIG --strategy local_sgd --set local_sgd.period=0 \
   --out "$TMP/bad1"
 expect_error "parallel.sync_batch_norm" train --config $CONFIG --strategy local_sgd --workers 2 \

@@ -144,8 +144,9 @@ TEST_F(LocalSgdTest, ResumeContinuesBitwise) {
   EXPECT_EQ(resumed, uninterrupted);
 }
 
-// An evaluation in the middle of an epoch sees the replicas' average and gives every rank its own
-// replica back: the training is the same as without it, bit for bit.
+// An evaluation in the middle of an epoch (which averages the replicas to evaluate them) gives
+// every rank its own replica back: the training is the same as without it, bit for bit, and every
+// evaluation is recorded. (That the average is what gets evaluated is not checked here.)
 TEST_F(LocalSgdTest, MidEpochEvaluationDoesNotChangeTheTraining) {
   const Config plain = local_sgd_config(4);
   Config evaluated = plain;

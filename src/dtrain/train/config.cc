@@ -661,12 +661,11 @@ void validate_impl(const Config& config, const Origins& origins,
     const auto it = origins.find(name);
     return it == origins.end() ? std::string(unknown_origin) : it->second;
   };
-  auto out_of_range = [&](const Field& field, const std::string& value) {
-    const bool infinite =
-        value.find("inf") != std::string::npos || value.find("nan") != std::string::npos;
+  // `number`: the number that failed, for the note that infinities and NaN are never accepted.
+  auto out_of_range = [&](const Field& field, const std::string& value, double number = 0.0) {
     throw ConfigError(fmt::format("config key '{}' = {} in {} is out of range; accepted: {}{}",
                                   field.name(), value, where(field.name()), range_text(field),
-                                  infinite ? " (a finite number)" : ""));
+                                  std::isfinite(number) ? "" : " (a finite number)"));
   };
   for (const auto& field : table) {
     const std::string value = format_value(field.target);
@@ -682,14 +681,14 @@ void validate_impl(const Config& config, const Origins& origins,
     } else if (const auto* i = std::get_if<std::int64_t*>(&field.target)) {
       if (!in_range(field, static_cast<double>(**i))) out_of_range(field, value);
     } else if (const auto* d = std::get_if<double*>(&field.target)) {
-      if (!in_range(field, **d)) out_of_range(field, value);
+      if (!in_range(field, **d)) out_of_range(field, value, **d);
     } else if (const auto* li = std::get_if<std::vector<std::int64_t>*>(&field.target)) {
       for (auto x : **li) {
         if (!in_range(field, static_cast<double>(x))) out_of_range(field, value);
       }
     } else if (const auto* ld = std::get_if<std::vector<double>*>(&field.target)) {
       for (auto x : **ld) {
-        if (!in_range(field, x)) out_of_range(field, value);
+        if (!in_range(field, x)) out_of_range(field, value, x);
       }
     }
   }

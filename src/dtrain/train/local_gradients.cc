@@ -44,6 +44,7 @@ LocalGradients::Result LocalGradients::compute(
   const std::int64_t micro_batches = std::min(config_.train.accumulate_steps, local);
   nn::ParamStore& store = model_.store();
   Result result;
+  result.samples = local;
   for (std::int64_t m = 0; m < micro_batches; ++m) {
     const std::int64_t begin = local * m / micro_batches;
     const std::int64_t end = local * (m + 1) / micro_batches;

@@ -34,6 +34,11 @@ class LocalGradients {
   struct Result {
     double loss_sum = 0.0;     // sum over the share's samples of their loss
     std::int64_t correct = 0;  // correctly classified samples of the share
+    std::int64_t samples = 0;  // the share's size
+    // The share's mean loss (0 for an empty share).
+    float mean_loss() const {
+      return static_cast<float>(loss_sum / static_cast<double>(samples > 0 ? samples : 1));
+    }
   };
   // Forward and backward of (x, labels) at global step `step`, adding into the model's gradients
   // (zeroed first), each micro-batch's loss gradient weighted by its size / scale_to (scale_to:

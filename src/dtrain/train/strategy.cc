@@ -6,6 +6,14 @@
 
 namespace dtrain::train {
 
+comm::Communicator& required_communicator(const StrategyContext& context,
+                                          std::string_view strategy) {
+  if (context.comm == nullptr) {
+    throw InternalError(fmt::format("{} needs the ranks' communicator", strategy));
+  }
+  return *context.comm;
+}
+
 std::vector<optim::Segment> Strategy::optimizer_segments() const {
   std::vector<optim::Segment> segments;
   for (const auto& entry : context_.model.store().param_entries()) {

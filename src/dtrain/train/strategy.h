@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dtrain/comm/communicator.h"
@@ -77,6 +78,11 @@ struct RunTotalsView {
   // received); collective when the strategy is collective().
   std::function<nlohmann::json()> per_rank_rows;
 };
+
+// context.comm, or InternalError naming `strategy` when the run has none (a launcher bug: the
+// registry builds strategies that talk to other ranks only for runs with a communicator).
+comm::Communicator& required_communicator(const StrategyContext& context,
+                                          std::string_view strategy);
 
 class Strategy {
  public:

@@ -6,6 +6,12 @@
 
 namespace dtrain::train {
 
+// One rank's step on its own replica: forward and backward of its share (each micro-batch's
+// gradient weighted by its size / scale_to), then the update, traced as `update_name`. One worker
+// runs it every step; local SGD runs it between averages.
+StepResult step_alone(const StrategyContext& context, const StepInput& input,
+                      optim::Optimizer& optimizer, double scale_to, const char* update_name);
+
 class SingleWorker final : public Strategy {
  public:
   explicit SingleWorker(const StrategyContext& context) : Strategy(context) {}

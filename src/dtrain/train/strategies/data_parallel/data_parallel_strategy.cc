@@ -13,19 +13,8 @@
 
 namespace dtrain::train {
 
-namespace {
-
-comm::Communicator& required_comm(const StrategyContext& context) {
-  if (context.comm == nullptr) {
-    throw InternalError("data-parallel training needs the ranks' communicator");
-  }
-  return *context.comm;
-}
-
-}  // namespace
-
 DataParallel::DataParallel(const StrategyContext& context)
-    : Strategy(context), comm_(required_comm(context)) {
+    : Strategy(context), comm_(required_communicator(context, "data-parallel training")) {
   const Config& config = context.config;
   nn::Model& model = context.model;
   parallel::broadcast_parameters(comm_, model.store());
@@ -68,8 +57,7 @@ StepResult DataParallel::step(const StepInput& input, optim::Optimizer& optimize
       context_.local.compute(input.x, input.labels, step, input.global_count,
                              [this](std::size_t layer) { sync_->on_layer_done(layer); });
   StepResult result;
-  result.loss = static_cast<float>(
-      local.loss_sum / static_cast<double>(std::max<std::size_t>(input.labels.size(), 1)));
+  result.loss = local.mean_loss();
   result.correct = local.correct;
 
   const auto wait_start = Clock::now();

@@ -9,22 +9,18 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/parallel/rank_agreement.h"
+#include "dtrain/train/strategies/single_worker.h"
 
 namespace dtrain::train {
 
 namespace {
-
-comm::Communicator& required_comm(const StrategyContext& context) {
-  if (context.comm == nullptr) throw InternalError("local SGD needs the ranks' communicator");
-  return *context.comm;
-}
 
 std::string rank_prefix(int rank) { return fmt::format("rank{}/", rank); }
 
 }  // namespace
 
 LocalSgd::LocalSgd(const StrategyContext& context)
-    : Strategy(context), comm_(required_comm(context)) {
+    : Strategy(context), comm_(required_communicator(context, "local SGD")) {
   parallel::broadcast_parameters(comm_, context.model.store());
 }
 
@@ -37,19 +33,7 @@ StepResult LocalSgd::step(const StepInput& input, optim::Optimizer& optimizer) {
   // The share's gradient as a 1/P part of the global batch (local_sgd.h).
   const double scale_to =
       static_cast<double>(input.global_count) / static_cast<double>(context_.world);
-  const LocalGradients::Result local =
-      context_.local.compute(input.x, input.labels, input.step, scale_to);
-  nn::ParamStore& store = context_.model.store();
-  const auto update_start = Clock::now();
-  optimizer.step(store.params(), store.grads(), input.lr);
-  if (context_.trace.enabled()) {
-    context_.trace.add("optimizer (local)", "compute", TraceRecorder::kComputeThread, update_start,
-                       Clock::now(), fmt::format(R"({{"step":{}}})", input.step));
-  }
-  StepResult result;
-  result.loss = static_cast<float>(
-      local.loss_sum / static_cast<double>(std::max<std::size_t>(input.labels.size(), 1)));
-  result.correct = local.correct;
+  StepResult result = step_alone(context_, input, optimizer, scale_to, "optimizer (local)");
   ++local_steps_;
   const auto& settings = context_.config.local_sgd;
   const std::int64_t period = input.step < settings.synchronous_steps ? 1 : settings.period;
@@ -58,9 +42,10 @@ StepResult LocalSgd::step(const StepInput& input, optim::Optimizer& optimizer) {
     result.comm = average();
     result.waiting = result.comm;
     if (context_.trace.enabled()) {
-      context_.trace.add(
-          "average parameters", "comm", TraceRecorder::kComputeThread, start, Clock::now(),
-          fmt::format(R"({{"step":{},"bytes":{}}})", input.step, store.num_params() * 4));
+      context_.trace.add("average parameters", "comm", TraceRecorder::kComputeThread, start,
+                         Clock::now(),
+                         fmt::format(R"({{"step":{},"bytes":{}}})", input.step,
+                                     context_.model.store().num_params() * 4));
     }
   }
   return result;

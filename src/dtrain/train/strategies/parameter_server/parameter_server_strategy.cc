@@ -13,9 +13,7 @@ namespace dtrain::train {
 
 ParameterServerWorker::ParameterServerWorker(const StrategyContext& context, ps::Client& client)
     : Strategy(context), client_(client) {
-  if (context.comm == nullptr) {
-    throw InternalError("parameter-server training needs the workers' communicator");
-  }
+  comm::Communicator& workers = required_communicator(context, "parameter-server training");
   nn::ParamStore& store = context.model.store();
   const ps::KeyRange all{0, store.num_params()};
   if (client_.layout().total() != all.end) {
@@ -23,7 +21,7 @@ ParameterServerWorker::ParameterServerWorker(const StrategyContext& context, ps:
                                     client_.layout().total(), all.end));
   }
   if (context.rank == 0) client_.put(all, store.params());
-  context.comm->barrier();
+  workers.barrier();
   client_.pull(all, store.params(), 0);
 }
 
@@ -53,8 +51,7 @@ StepResult ParameterServerWorker::step(const StepInput& input, optim::Optimizer&
                        fmt::format(R"({{"step":{},"dropped":{}}})", input.step, pushed.dropped));
   }
   StepResult result;
-  result.loss = static_cast<float>(
-      local.loss_sum / static_cast<double>(std::max<std::size_t>(input.labels.size(), 1)));
+  result.loss = local.mean_loss();
   result.correct = local.correct;
   result.waiting = std::chrono::duration<double>(end - start).count();
   result.comm = result.waiting;

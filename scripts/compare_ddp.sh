@@ -70,11 +70,11 @@ print(json.dumps({"who": "pytorch-ddp-2", "round": int(sys.argv[1]),
   dtrain_run dtrain-2 --workers 2
   dtrain_run dtrain-2-overlap --workers 2 --zero-stage 0 --overlap true
   dtrain_run dtrain-2-no-overlap --workers 2 --zero-stage 0 --overlap false
-  dtrain_run dtrain-2-per-tensor --workers 2 --zero-stage 0 --fusion-bytes 0
+  dtrain_run dtrain-2-per-tensor --workers 2 --zero-stage 0 --bucket-bytes 0
   dtrain_run dtrain-2-zero1 --workers 2 --zero-stage 1
   dtrain_run dtrain-2-zero1-overlap --workers 2 --zero-stage 1 --overlap true
   dtrain_run dtrain-2-zero1-no-overlap --workers 2 --zero-stage 1 --overlap false
-  dtrain_run dtrain-2-zero1-one-bucket --workers 2 --zero-stage 1 --fusion-bytes 16777216
+  dtrain_run dtrain-2-zero1-one-bucket --workers 2 --zero-stage 1 --bucket-bytes 16777216
   # The same question answered inside one process: 1 and 2 workers in alternating 150-step phases
   # (dtrain bench scaling), so that the VM's changing state hits both alike.
   "$DTRAIN" bench scaling --config "$ROOT/examples/fashion_mlp.toml" --workers 1,2 --rounds 20 \

@@ -128,9 +128,9 @@ expect_error collective-ranks 2 "ranks 100000 is not in \[1, 1024\]" -- \
 expect_error collective-memory 2 "more than this machine's .* GiB; give smaller --sizes" -- \
   bench collectives --op allreduce --ranks 2 --sizes 99999G
 expect_error gemm-threads 2 "--threads 0 is not >= 1" -- bench gemm --threads 0
-# Parameter-server keys under allreduce: a warning, and the run goes on.
+# Parameter-server keys under data_parallel: a warning, and the run goes on.
 "$DTRAIN" train --config "$quick" --epochs 1 --quiet --consistency ssp --out "$TMP/r8" 2> "$TMP/err"
-grep -q 'parallel.consistency = "ssp" is ignored' "$TMP/err" ||
+grep -q '\[parameter_server\] keys are ignored' "$TMP/err" ||
   { echo "FAIL: no warning for a ps key under allreduce:"; cat "$TMP/err"; failures=$((failures + 1)); }
 
 "$DTRAIN" train --help > "$TMP/help" 2>&1 || { echo "FAIL: train --help exited non-zero"; failures=$((failures + 1)); }

@@ -22,7 +22,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
   --rounds 2 --steps 3 --warmup 1 --set data.dataset=synthetic 2> /dev/null | python3 -c '
 import json, sys
 rows = json.load(sys.stdin)
-assert [(r["strategy"], r["workers"]) for r in rows] == [("allreduce", 1), ("allreduce", 2)], rows
+assert [(r["strategy"], r["workers"]) for r in rows] == [("data_parallel", 1), ("data_parallel", 2)], rows
 assert rows[0]["speedup"] == rows[0]["speedup_min"] == rows[0]["speedup_max"] == 1.0, rows
 for r in rows:
     assert r["rate_unit"] == "samples/s" and r["samples_per_phase"] == 3 * 128, r
@@ -83,6 +83,6 @@ if "$DTRAIN" bench collectives --algorithm butterfly 2> "$ERR"; then fail "--alg
 if "$DTRAIN" bench scaling --config "$ROOT/examples/fashion_mlp_ps.toml" 2> "$ERR"; then
   fail "bench scaling of a ps config accepted"
 fi
-[[ $(wc -l < "$ERR") -eq 1 ]] && grep -q '^error: .*"ps".*sweep --modes' "$ERR" \
+[[ $(wc -l < "$ERR") -eq 1 ]] && grep -q '^error: .*"parameter_server".*sweep --modes' "$ERR" \
   || fail "no one-line error for bench scaling of a ps config: $(cat "$ERR")"
 echo "ok: bench train/scaling/gemm/collectives JSON"

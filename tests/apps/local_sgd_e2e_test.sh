@@ -76,7 +76,7 @@ fi
 
 expect_error "local_sgd.period" train --config $CONFIG --strategy local_sgd --set local_sgd.period=0 \
   --out "$TMP/bad1"
-expect_error "parallel.sync_batch_norm" train --config $CONFIG --strategy local_sgd --workers 2 \
+expect_error "data_parallel.sync_batch_norm" train --config $CONFIG --strategy local_sgd --workers 2 \
   --sync-bn --out "$TMP/bad2"
 expect_error "accepted: allreduce, ps, hogwild, local_sgd\|one of" train --config $CONFIG \
   --strategy gossip --out "$TMP/bad3"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end parameter servers: `dtrain train --strategy ps` as threads with bsp (the same final
-# loss as allreduce training), async and ssp (staleness histograms in summary.json, ssp within its
+# End-to-end parameter servers: `dtrain train --strategy parameter_server` as threads with bsp
+# (the same final loss as allreduce training; the first run uses the old name `ps`, which warns), async and ssp (staleness histograms in summary.json, ssp within its
 # bound), a backup worker under a straggler, the same under `mpirun -np 3` (2 worker processes, 1
 # server process) and `mpirun -np 2 --colocate-servers` (each rank both worker and server),
 # configuration mistakes named with exit code 2, and docs/PS.md's async example (6 workers, 2
@@ -18,12 +18,16 @@ export DTRAIN_COMM_TIMEOUT_MS=20000
 CONFIG=examples/synthetic_quick.toml
 
 "$DTRAIN" train --config $CONFIG --quiet --workers 2 --out "$TMP/allreduce"
-"$DTRAIN" train --config $CONFIG --quiet --workers 2 --strategy ps --servers 2 --out "$TMP/bsp"
-"$DTRAIN" train --config $CONFIG --quiet --workers 3 --strategy ps --consistency async \
+"$DTRAIN" train --config $CONFIG --quiet --workers 2 --strategy ps --servers 2 --out "$TMP/bsp" \
+  2> "$TMP/bsp.err"
+grep -q 'parallel.strategy = "ps" .* is the old name of "parameter_server"' "$TMP/bsp.err" ||
+  fail "no warning for the old name ps: $(cat "$TMP/bsp.err")"
+"$DTRAIN" train --config $CONFIG --quiet --workers 3 --strategy parameter_server --consistency async \
   --set optim.momentum=0.5 --out "$TMP/async"
-"$DTRAIN" train --config $CONFIG --quiet --workers 3 --strategy ps --consistency ssp --staleness 2 \
+"$DTRAIN" train --config $CONFIG --quiet --workers 3 --strategy parameter_server --consistency ssp \
+  --staleness 2 \
   --set optim.momentum=0.5 --straggler rank=1,slowdown=3 --out "$TMP/ssp"
-"$DTRAIN" train --config $CONFIG --quiet --workers 3 --strategy ps --backup-workers 1 \
+"$DTRAIN" train --config $CONFIG --quiet --workers 3 --strategy parameter_server --backup-workers 1 \
   --straggler rank=2,slowdown=4 --out "$TMP/backup"
 python3 - "$TMP" <<'PY' || fail "parameter-server runs"
 import json, sys
@@ -31,7 +35,7 @@ runs = {name: json.load(open(f"{sys.argv[1]}/{name}/summary.json"))
         for name in ("allreduce", "bsp", "async", "ssp", "backup")}
 ar, bsp = runs["allreduce"], runs["bsp"]
 assert abs(bsp["final_train_loss"] - ar["final_train_loss"]) <= 1e-4 * max(1, ar["final_train_loss"]), (bsp["final_train_loss"], ar["final_train_loss"])
-assert bsp["parallel"]["strategy"] == "ps" and bsp["parallel"]["servers"] == 2
+assert bsp["parallel"]["strategy"] == "parameter_server" and bsp["parallel"]["servers"] == 2
 for name in ("async", "ssp"):
     p = runs[name]["parallel"]
     assert p["consistency"] == name and sum(p["staleness_histogram"]) > 0, p
@@ -45,11 +49,11 @@ echo "ok: bsp follows allreduce; async and ssp train and report staleness; a bac
 if command -v mpirun > /dev/null; then
   MPIRUN=(mpirun --oversubscribe)
   [[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
-  timeout 120 "${MPIRUN[@]}" -np 3 "$DTRAIN" train --config $CONFIG --quiet --strategy ps \
-    --out "$TMP/mpi_bsp" || fail "mpirun -np 3 --strategy ps failed"
-  timeout 120 "${MPIRUN[@]}" -np 3 "$DTRAIN" train --config $CONFIG --quiet --strategy ps \
+  timeout 120 "${MPIRUN[@]}" -np 3 "$DTRAIN" train --config $CONFIG --quiet --strategy parameter_server \
+    --out "$TMP/mpi_bsp" || fail "mpirun -np 3 --strategy parameter_server failed"
+  timeout 120 "${MPIRUN[@]}" -np 3 "$DTRAIN" train --config $CONFIG --quiet --strategy parameter_server \
     --consistency async --set optim.momentum=0.5 --out "$TMP/mpi_async" || fail "mpirun async failed"
-  timeout 120 "${MPIRUN[@]}" -np 2 "$DTRAIN" train --config $CONFIG --quiet --strategy ps \
+  timeout 120 "${MPIRUN[@]}" -np 2 "$DTRAIN" train --config $CONFIG --quiet --strategy parameter_server \
     --colocate-servers --servers 2 --out "$TMP/mpi_colocated" || fail "mpirun --colocate-servers failed"
   python3 - "$TMP" <<'PY' || fail "mpirun parameter-server runs"
 import json, sys
@@ -78,11 +82,11 @@ expect_error() {  # expect_error PATTERN ARGS...: exit code 2 and PATTERN on std
   grep -q -- "$pattern" "$TMP/err" || { cat "$TMP/err" >&2; fail "'$*' should say '$pattern'"; }
   rm -rf "$TMP/bad"
 }
-expect_error "needs parallel.strategy = \"ps\"" --workers 3 --backup-workers 1
-expect_error "must be below the 2 workers" --workers 2 --strategy ps --backup-workers 2
-expect_error "needs parallel.consistency = \"async\"" --workers 2 --strategy ps --pull-every 3
-expect_error "consistency" --workers 2 --strategy ps --consistency eventual
-expect_error "cannot each live on a worker" --workers 1 --strategy ps --colocate-servers --servers 2
+expect_error "needs parallel.strategy = \"parameter_server\"" --workers 3 --backup-workers 1
+expect_error "must be below the 2 workers" --workers 2 --strategy parameter_server --backup-workers 2
+expect_error "needs parameter_server.consistency = \"async\"" --workers 2 --strategy parameter_server --pull-every 3
+expect_error "consistency" --workers 2 --strategy parameter_server --consistency eventual
+expect_error "cannot each live on a worker" --workers 1 --strategy parameter_server --colocate-servers --servers 2
 echo "ok: configuration mistakes are named"
 
 # --- docs/PS.md's example: Downpour with 6 workers and 2 servers on Fashion-MNIST ------------------

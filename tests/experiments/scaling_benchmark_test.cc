@@ -59,7 +59,7 @@ TEST_F(ScalingBenchmark, DataParallelRowsFollowTheWorkerList) {
   options.warmup_steps = 1;
   const auto rows = run_scaling_benchmark(mlp_config(), options);
   expect_consistent(rows, options.workers, 4 * 24);
-  EXPECT_EQ(rows[0].strategy, "allreduce");
+  EXPECT_EQ(rows[0].strategy, "data_parallel");
 }
 
 TEST_F(ScalingBenchmark, HogwildPhasesAreEpochs) {
@@ -76,7 +76,7 @@ TEST_F(ScalingBenchmark, HogwildPhasesAreEpochs) {
 TEST_F(ScalingBenchmark, RefusesWhatItCannotMeasure) {
   ScalingBenchmarkOptions options;
   Config ps = mlp_config();
-  ps.parallel.strategy = "ps";
+  ps.parallel.strategy = "parameter_server";
   try {
     check_scaling_benchmark(ps, options);
     FAIL() << "ps accepted";

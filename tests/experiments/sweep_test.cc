@@ -107,11 +107,13 @@ using namespace dtrain::train;  // NOLINT(google-build-using-namespace)
 
 TEST(SweepModes, ExpandToTheirKeysAndRejectUnknownOnes) {
   EXPECT_EQ(mode_overrides("allreduce"),
-            (std::vector<std::string>{"parallel.strategy=\"allreduce\""}));
-  EXPECT_THAT(mode_overrides("backup=2"), ::testing::Contains("parallel.backup_workers=2"));
-  EXPECT_THAT(mode_overrides("ssp=3"), ::testing::Contains("parallel.staleness=3"));
-  EXPECT_THAT(mode_overrides("async/4"), ::testing::Contains("parallel.pull_every=4"));
-  EXPECT_THAT(mode_overrides("async"), ::testing::Contains("parallel.consistency=\"async\""));
+            (std::vector<std::string>{"parallel.strategy=\"data_parallel\""}));
+  EXPECT_EQ(mode_overrides("data_parallel"), mode_overrides("allreduce"));
+  EXPECT_THAT(mode_overrides("backup=2"), ::testing::Contains("parameter_server.backup_workers=2"));
+  EXPECT_THAT(mode_overrides("ssp=3"), ::testing::Contains("parameter_server.staleness=3"));
+  EXPECT_THAT(mode_overrides("async/4"), ::testing::Contains("parameter_server.pull_every=4"));
+  EXPECT_THAT(mode_overrides("async"),
+              ::testing::Contains("parameter_server.consistency=\"async\""));
   EXPECT_THROW(mode_overrides("backup="), ConfigError);
   EXPECT_THROW(mode_overrides("ssp=x"), ConfigError);
   EXPECT_THROW(mode_overrides("hogwash"), ConfigError);
@@ -138,7 +140,7 @@ TEST_F(SweepTest, AFailingPointKeepsTheFinishedOnes) {
 TEST_F(SweepTest, ColocatedServersAreNotCountedAsRanks) {
   Config base = tiny();
   base.parallel.workers = 2;
-  base.parallel.colocate_servers = true;
+  base.parameter_server.colocate_servers = true;
   const SweepResult result = run_sweep(base, {parse_sweep_axis("mode=sync")}, root_.string());
   ASSERT_EQ(result.rows.size(), 1u);
   EXPECT_EQ(result.rows[0].ranks, 2);

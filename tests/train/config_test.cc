@@ -14,6 +14,8 @@ namespace dtrain::train {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::Contains;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // The message of the ConfigError that `fn` throws (fails the test when it throws none).
@@ -86,11 +88,12 @@ TEST(Config, OverridesParseByTheKeyType) {
 }
 
 TEST(Config, OverlapTakesAutoOrABoolean) {
-  EXPECT_EQ(parse_config("", "x.toml").parallel.overlap, "auto");
-  EXPECT_EQ(parse_config("[parallel]\noverlap = false\n", "x.toml").parallel.overlap, "false");
-  EXPECT_EQ(parse_config("[parallel]\noverlap = true\n", "x.toml").parallel.overlap, "true");
-  EXPECT_EQ(parse_config("[parallel]\noverlap = \"auto\"\n", "x.toml").parallel.overlap, "auto");
-  EXPECT_EQ(parse_config("", "x.toml", {"parallel.overlap=false"}).parallel.overlap, "false");
+  EXPECT_EQ(parse_config("", "x.toml").data_parallel.overlap, "auto");
+  EXPECT_EQ(parse_config("[parallel]\noverlap = false\n", "x.toml").data_parallel.overlap, "false");
+  EXPECT_EQ(parse_config("[parallel]\noverlap = true\n", "x.toml").data_parallel.overlap, "true");
+  EXPECT_EQ(parse_config("[parallel]\noverlap = \"auto\"\n", "x.toml").data_parallel.overlap,
+            "auto");
+  EXPECT_EQ(parse_config("", "x.toml", {"parallel.overlap=false"}).data_parallel.overlap, "false");
   EXPECT_THAT(config_error([] { parse_config("[parallel]\noverlap = \"maybe\"\n", "x.toml"); }),
               AllOf(HasSubstr("'parallel.overlap'"), HasSubstr("x.toml"), HasSubstr("\"auto\"")));
   EXPECT_THAT(config_error([] { parse_config("[parallel]\noverlap = 1\n", "x.toml"); }),
@@ -101,10 +104,11 @@ TEST(Config, OverlapTakesAutoOrABoolean) {
 }
 
 TEST(Config, ZeroStageTakesAutoOrAStageNumber) {
-  EXPECT_EQ(parse_config("", "x.toml").parallel.zero_stage, "auto");
-  EXPECT_EQ(parse_config("[parallel]\nzero_stage = 1\n", "x.toml").parallel.zero_stage, "1");
-  EXPECT_EQ(parse_config("[parallel]\nzero_stage = \"0\"\n", "x.toml").parallel.zero_stage, "0");
-  EXPECT_EQ(parse_config("", "x.toml", {"parallel.zero_stage=1"}).parallel.zero_stage, "1");
+  EXPECT_EQ(parse_config("", "x.toml").data_parallel.zero_stage, "auto");
+  EXPECT_EQ(parse_config("[parallel]\nzero_stage = 1\n", "x.toml").data_parallel.zero_stage, "1");
+  EXPECT_EQ(parse_config("[parallel]\nzero_stage = \"0\"\n", "x.toml").data_parallel.zero_stage,
+            "0");
+  EXPECT_EQ(parse_config("", "x.toml", {"parallel.zero_stage=1"}).data_parallel.zero_stage, "1");
   EXPECT_THAT(config_error([] { parse_config("[parallel]\nzero_stage = 3\n", "x.toml"); }),
               AllOf(HasSubstr("'parallel.zero_stage'"), HasSubstr("\"auto\"")));
   // "auto" is fine where stage 1 is not: it decides 0 there (zero_policy.h).
@@ -116,12 +120,15 @@ TEST(Config, ZeroStageTakesAutoOrAStageNumber) {
 }
 
 TEST(Config, FusionBytesTakesAutoOrAByteCount) {
-  EXPECT_EQ(parse_config("", "x.toml").parallel.fusion_bytes, "auto");
-  EXPECT_EQ(parse_config("[parallel]\nfusion_bytes = 0\n", "x.toml").parallel.fusion_bytes, "0");
-  EXPECT_EQ(parse_config("", "x.toml", {"parallel.fusion_bytes=1048576"}).parallel.fusion_bytes,
-            "1048576");
-  EXPECT_EQ(parse_config("", "x.toml", {"parallel.fusion_bytes=\"auto\""}).parallel.fusion_bytes,
-            "auto");
+  EXPECT_EQ(parse_config("", "x.toml").data_parallel.bucket_bytes, "auto");
+  EXPECT_EQ(parse_config("[parallel]\nfusion_bytes = 0\n", "x.toml").data_parallel.bucket_bytes,
+            "0");
+  EXPECT_EQ(
+      parse_config("", "x.toml", {"parallel.fusion_bytes=1048576"}).data_parallel.bucket_bytes,
+      "1048576");
+  EXPECT_EQ(
+      parse_config("", "x.toml", {"parallel.fusion_bytes=\"auto\""}).data_parallel.bucket_bytes,
+      "auto");
   for (const char* bad : {"-1", "\"big\"", "\"12k\"", "\"\""}) {
     EXPECT_THAT(config_error([&] {
                   parse_config(std::string("[parallel]\nfusion_bytes = ") + bad + "\n", "x.toml");
@@ -131,9 +138,9 @@ TEST(Config, FusionBytesTakesAutoOrAByteCount) {
   }
   // A count is written back as a TOML integer, "auto" as a string; both read back the same.
   const Config counted = parse_config("[parallel]\nfusion_bytes = 256\n", "x.toml");
-  EXPECT_THAT(to_toml(counted), HasSubstr("fusion_bytes = 256\n"));
-  EXPECT_EQ(parse_config(to_toml(counted), "y.toml").parallel.fusion_bytes, "256");
-  EXPECT_THAT(to_toml(parse_config("", "x.toml")), HasSubstr("fusion_bytes = \"auto\"\n"));
+  EXPECT_THAT(to_toml(counted), HasSubstr("bucket_bytes = 256\n"));
+  EXPECT_EQ(parse_config(to_toml(counted), "y.toml").data_parallel.bucket_bytes, "256");
+  EXPECT_THAT(to_toml(parse_config("", "x.toml")), HasSubstr("bucket_bytes = \"auto\"\n"));
 }
 
 TEST(Config, LaterOverrideWins) {
@@ -253,18 +260,80 @@ TEST(Config, MissingFile) {
               AllOf(HasSubstr("config file /tmp is a directory"), HasSubstr("TOML file")));
 }
 
-TEST(Config, IgnoredSettingsNameParameterServerKeysUnderAnotherStrategy) {
+TEST(Config, IgnoredSettingsNameASectionReadByAnotherStrategy) {
   Config config;
   EXPECT_TRUE(ignored_settings(config).empty());
-  config.parallel.consistency = "ssp";
-  config.parallel.backup_workers = 1;
+  config.parameter_server.consistency = "ssp";
+  config.parameter_server.backup_workers = 1;
   const std::vector<std::string> ignored = ignored_settings(config);
-  ASSERT_EQ(ignored.size(), 2u);
-  EXPECT_THAT(ignored[0], AllOf(HasSubstr("parallel.consistency = \"ssp\" is ignored"),
-                                HasSubstr("\"allreduce\"")));
-  EXPECT_THAT(ignored[1], HasSubstr("parallel.backup_workers = 1"));
-  config.parallel.strategy = "ps";
+  ASSERT_EQ(ignored.size(), 1u);
+  EXPECT_THAT(ignored[0], AllOf(HasSubstr("[parameter_server] keys are ignored"),
+                                HasSubstr("\"data_parallel\"")));
+  config.parallel.strategy = "parameter_server";
   EXPECT_TRUE(ignored_settings(config).empty());
+  config.data_parallel.bucket_bytes = "0";
+  EXPECT_THAT(ignored_settings(config), ElementsAre(HasSubstr("[data_parallel] keys are ignored")));
+}
+
+// Keys that moved to a strategy's section keep their old names as aliases that warn; errors name
+// the key as it was written; resolved.toml writes the new names.
+TEST(Config, OldKeyNamesStillWorkAndWarn) {
+  const Config old = parse_config(
+      "[parallel]\nstrategy = \"ps\"\nservers = 2\nconsistency = \"async\"\npull_every = 3\n",
+      "old.toml", {"parallel.colocate_servers=true"});
+  EXPECT_EQ(old.parallel.strategy, "parameter_server");
+  EXPECT_EQ(old.parameter_server.servers, 2);
+  EXPECT_EQ(old.parameter_server.consistency, "async");
+  EXPECT_EQ(old.parameter_server.pull_every, 3);
+  EXPECT_TRUE(old.parameter_server.colocate_servers);
+  EXPECT_THAT(ignored_settings(old),
+              AllOf(Contains(AllOf(HasSubstr("\"ps\" in old.toml is the old name of"),
+                                   HasSubstr("\"parameter_server\""))),
+                    Contains(HasSubstr("'parallel.servers' in old.toml is the old name of "
+                                       "'parameter_server.servers'")),
+                    Contains(HasSubstr("'parallel.colocate_servers' in --set"))));
+  const Config fresh = parse_config(
+      "[parallel]\nstrategy = \"parameter_server\"\n[parameter_server]\nservers = 2\n"
+      "consistency = \"async\"\npull_every = 3\ncolocate_servers = true\n",
+      "new.toml");
+  EXPECT_EQ(old, fresh);
+  EXPECT_TRUE(ignored_settings(fresh).empty());
+  const std::string written = to_toml(old);
+  EXPECT_THAT(written, AllOf(HasSubstr("[parameter_server]\n"), HasSubstr("servers = 2\n"),
+                             HasSubstr("strategy = \"parameter_server\"\n")));
+  EXPECT_EQ(parse_config(written, "resolved.toml"), old);
+
+  const Config dp = parse_config("[parallel]\nstrategy = \"allreduce\"\nfused_update = false\n",
+                                 "old.toml", {"parallel.fusion_bytes=0"});
+  EXPECT_EQ(dp.parallel.strategy, "data_parallel");
+  EXPECT_EQ(dp.data_parallel.sum_in_update, "false");
+  EXPECT_EQ(dp.data_parallel.bucket_bytes, "0");
+  EXPECT_EQ(canonical_key("parallel.fused_update"), "data_parallel.sum_in_update");
+  EXPECT_EQ(canonical_key("optim.lr"), "optim.lr");
+
+  // Errors name the key as written, old or new.
+  EXPECT_THAT(config_error([] { parse_config("", "x.toml", {"parallel.staleness=-1"}); }),
+              HasSubstr("'parallel.staleness' = -1"));
+  EXPECT_THAT(config_error([] { parse_config("", "x.toml", {"parameter_server.staleness=-1"}); }),
+              HasSubstr("'parameter_server.staleness' = -1"));
+  EXPECT_THAT(config_error([] { parse_config("[parallel]\nservers = \"two\"\n", "x.toml"); }),
+              HasSubstr("'parallel.servers' in x.toml must be an integer"));
+  EXPECT_THAT(
+      config_error([] { parse_config("[parameter_server]\nbackup_workers = 1\n", "x.toml"); }),
+      HasSubstr("'parameter_server.backup_workers' = 1"));
+  // The old names belong to [parallel] only.
+  EXPECT_THAT(config_error([] { parse_config("[data_parallel]\nfusion_bytes = 0\n", "x.toml"); }),
+              HasSubstr("unknown config key 'data_parallel.fusion_bytes'"));
+}
+
+TEST(Config, ResolvedTomlSaysWhichStrategyReadsASection) {
+  const std::string written = to_toml(Config{});
+  EXPECT_THAT(written, AllOf(HasSubstr("[data_parallel]\n# read by parallel.strategy = "
+                                       "\"data_parallel\" only"),
+                             HasSubstr("[parameter_server]\n# read by parallel.strategy = "
+                                       "\"parameter_server\" only"),
+                             HasSubstr("[local_sgd]\n# read by parallel.strategy = "
+                                       "\"local_sgd\" only")));
 }
 
 TEST(Config, ResolvedTomlReadsBackIdentically) {

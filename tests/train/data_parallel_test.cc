@@ -34,7 +34,7 @@ class DataParallelTest : public testing::ParallelTrainingTest {
     c.model.name = "resnet";
     c.model.resnet_width = 4;
     c.model.resnet_blocks = 1;
-    c.parallel.sync_batch_norm = true;
+    c.data_parallel.sync_batch_norm = true;
     return c;
   }
 
@@ -76,7 +76,7 @@ TEST_F(DataParallelTest, PerRankBatchNormDiffersFromTheGlobalBatch) {
   // computation, which is why synchronized batch norm exists (the test shows the switch matters).
   Config config = resnet_config();
   const std::vector<float> reference = single(config);
-  config.parallel.sync_batch_norm = false;
+  config.data_parallel.sync_batch_norm = false;
   EXPECT_GT(relative_difference(allreduce_training(config, 2), reference), 1e-4);
 }
 
@@ -86,8 +86,8 @@ TEST_F(DataParallelTest, FusionOverlapAndAccumulationGiveTheSameNumbers) {
   for (std::int64_t fusion : {std::int64_t{0}, std::int64_t{256}, std::int64_t{1} << 24}) {
     for (const char* overlap : {"true", "false"}) {
       Config c = config;
-      c.parallel.fusion_bytes = std::to_string(fusion);
-      c.parallel.overlap = overlap;
+      c.data_parallel.bucket_bytes = std::to_string(fusion);
+      c.data_parallel.overlap = overlap;
       EXPECT_LT(relative_difference(allreduce_training(c, 3), reference), 1e-5)
           << "fusion " << fusion << " overlap " << overlap;
     }
@@ -104,10 +104,10 @@ TEST_F(DataParallelTest, FusionOverlapAndAccumulationGiveTheSameNumbers) {
 
 TEST_F(DataParallelTest, OverlapOnOrOffIsBitwiseEqual) {
   Config config = mlp_config();
-  config.parallel.fusion_bytes = std::to_string(256);
-  config.parallel.overlap = "true";
+  config.data_parallel.bucket_bytes = std::to_string(256);
+  config.data_parallel.overlap = "true";
   const std::vector<float> with = allreduce_training(config, 2);
-  config.parallel.overlap = "false";
+  config.data_parallel.overlap = "false";
   EXPECT_EQ(allreduce_training(config, 2), with);
 }
 
@@ -191,22 +191,22 @@ TEST_F(DataParallelTest, ShardedOptimizerFollowsTheRingAllreduceRun) {
     for (int ranks : {2, 3, 4}) {
       Config replicated = config;
       replicated.parallel.allreduce = "ring";
-      replicated.parallel.zero_stage = std::string("0");
+      replicated.data_parallel.zero_stage = std::string("0");
       const std::vector<float> ring = allreduce_training(replicated, ranks);
       for (std::int64_t fusion : {std::int64_t{0}, std::int64_t{256}, std::int64_t{1} << 20}) {
         Config c = config;
-        c.parallel.zero_stage = std::string("1");
-        c.parallel.fusion_bytes = std::to_string(fusion);
-        c.parallel.overlap = "true";
+        c.data_parallel.zero_stage = std::string("1");
+        c.data_parallel.bucket_bytes = std::to_string(fusion);
+        c.data_parallel.overlap = "true";
         const std::vector<float> sharded = allreduce_training(c, ranks);
         const std::string what = fmt::format("{}, {} ranks, fusion {}", optimizer, ranks, fusion);
         EXPECT_LT(relative_difference(sharded, ring), 1e-6) << what;
         EXPECT_LT(relative_difference(sharded, reference), 1e-5) << what;
         // Without overlap, sgd sums the gradients inside the update (fused_update_policy.h),
         // in the ring's order; the reduce-scatter path must give the same bits.
-        c.parallel.overlap = "false";
+        c.data_parallel.overlap = "false";
         EXPECT_EQ(allreduce_training(c, ranks), sharded) << what << ", overlap off";
-        c.parallel.fused_update = "false";
+        c.data_parallel.sum_in_update = "false";
         EXPECT_EQ(allreduce_training(c, ranks), sharded) << what << ", overlap off, not fused";
       }
     }
@@ -218,9 +218,9 @@ TEST_F(DataParallelTest, ShardedOptimizerFollowsTheRingAllreduceRun) {
 TEST_F(DataParallelTest, ShardedOptimizerCheckpointsTheWholeStateAndResumesEitherWay) {
   Config config = mlp_config();
   config.train.epochs = 1;
-  config.parallel.zero_stage = std::string("0");
+  config.data_parallel.zero_stage = std::string("0");
   Config sharded = config;
-  sharded.parallel.zero_stage = std::string("1");
+  sharded.data_parallel.zero_stage = std::string("1");
   const std::string replicated_dir = dir("replicated");
   const std::string sharded_dir = dir("sharded");
   allreduce_training(config, 3, replicated_dir);

@@ -1,4 +1,4 @@
-// parallel.fused_update: "auto" fuses the gradient sums into the update where every condition
+// data_parallel.sum_in_update: "auto" fuses the gradient sums into the update where every condition
 // holds and names the first that does not; "true" where one fails is a ConfigError naming it.
 #include "dtrain/train/strategies/data_parallel/fused_update_policy.h"
 
@@ -56,7 +56,7 @@ TEST(FusedUpdatePolicy, TrueWhereItCannotApplyIsAConfigError) {
     decide_fused_update("true", in);
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("parallel.fused_update"));
+    EXPECT_THAT(e.what(), HasSubstr("data_parallel.sum_in_update"));
     EXPECT_THAT(e.what(), HasSubstr("processes"));
   }
 }

@@ -1,5 +1,5 @@
-// parallel.fusion_bytes = "auto" buckets for overlap when overlapping and fuses everything into
-// one bucket when not; a byte count is obeyed.
+// data_parallel.bucket_bytes = "auto" buckets for overlap when overlapping and fuses everything
+// into one bucket when not; a byte count is obeyed.
 #include "dtrain/train/strategies/data_parallel/fusion_policy.h"
 
 #include <gmock/gmock.h>

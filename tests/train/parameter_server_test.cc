@@ -1,6 +1,6 @@
-// Parameter-server training through the Trainer (parallel.strategy = "ps"): bsp follows the
-// allreduce trajectory, async and ssp train, backup workers hide a straggler, and the summary holds
-// the servers' staleness histograms.
+// Parameter-server training through the Trainer (parallel.strategy = "parameter_server"): bsp
+// follows the allreduce trajectory, async and ssp train, backup workers hide a straggler, and the
+// summary holds the servers' staleness histograms.
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -34,10 +34,10 @@ class ParameterServerTrainingTest : public testing::ParallelTrainingTest {
   // Every worker's parameters after `workers` workers and `servers` servers train `config`.
   std::vector<std::vector<float>> parameter_servers(Config config, int workers, int servers,
                                                     bool colocate = false) {
-    config.parallel.strategy = "ps";
+    config.parallel.strategy = "parameter_server";
     config.parallel.workers = workers;
-    config.parallel.servers = servers;
-    config.parallel.colocate_servers = colocate;
+    config.parameter_server.servers = servers;
+    config.parameter_server.colocate_servers = colocate;
     const std::string run_dir = dir("ps");
     const auto data = std::make_shared<const RunData>(load_run_data(config.data));
     std::vector<std::vector<float>> params(static_cast<std::size_t>(workers));
@@ -96,11 +96,11 @@ TEST_F(ParameterServerTrainingTest, AsyncAndSspTrainAndReportStaleness) {
     Config config = mlp_config();
     config.train.epochs = 4;
     config.optim.momentum = 0.5;  // asynchrony adds momentum of its own (docs/PS.md)
-    config.parallel.strategy = "ps";
-    config.parallel.consistency = consistency;
+    config.parallel.strategy = "parameter_server";
+    config.parameter_server.consistency = consistency;
     config.parallel.workers = 3;
-    config.parallel.servers = 2;
-    config.parallel.staleness = 1;
+    config.parameter_server.servers = 2;
+    config.parameter_server.staleness = 1;
     TrainerOptions options{dir(consistency), false, true, stderr, nullptr, nullptr};
     const RunSummary summary = run_training(config, options);
     // 4 classes: chance is 25%.
@@ -139,12 +139,12 @@ TEST_F(ParameterServerTrainingTest, BackupWorkerKeepsTheMedianStepOfARunWithoutA
   config.model.hidden = {256, 256};
   config.train.batch_size = 96;
   config.train.epochs = 1;
-  config.parallel.strategy = "ps";
+  config.parallel.strategy = "parameter_server";
   config.parallel.workers = 3;
   auto median_step = [&](const std::string& straggler, std::int64_t backups) {
     Config c = config;
     c.parallel.straggler = straggler;
-    c.parallel.backup_workers = backups;
+    c.parameter_server.backup_workers = backups;
     TrainerOptions options{dir("straggler"), false, true, stderr, nullptr, nullptr};
     return run_training(c, options).step_seconds_median;
   };
@@ -163,22 +163,22 @@ TEST_F(ParameterServerTrainingTest, BackupWorkerKeepsTheMedianStepOfARunWithoutA
 
 TEST_F(ParameterServerTrainingTest, ConfigMistakesAreNamed) {
   Config config = mlp_config();
-  config.parallel.backup_workers = 1;
+  config.parameter_server.backup_workers = 1;
   config.parallel.workers = 3;
-  EXPECT_THAT([&] { validate(config); },
-              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("--strategy ps")));
-  config.parallel.strategy = "ps";
-  config.parallel.backup_workers = 3;  // the launcher knows the workers (mpirun): it checks
+  EXPECT_THAT([&] { validate(config); }, ::testing::ThrowsMessage<ConfigError>(
+                                             ::testing::HasSubstr("--strategy parameter_server")));
+  config.parallel.strategy = "parameter_server";
+  config.parameter_server.backup_workers = 3;  // the launcher knows the workers (mpirun): it checks
   EXPECT_THAT(
       [&] {
         run_training(config, TrainerOptions{dir("bad"), false, true, stderr, nullptr, nullptr});
       },
       ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("must be below the 3 workers")));
-  config.parallel.backup_workers = 0;
-  config.parallel.pull_every = 4;
+  config.parameter_server.backup_workers = 0;
+  config.parameter_server.pull_every = 4;
   EXPECT_THAT([&] { validate(config); },
               ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("async")));
-  config.parallel.pull_every = 1;
+  config.parameter_server.pull_every = 1;
   config.optim.name = "lars";
   EXPECT_THAT([&] { validate(config); },
               ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("lars")));

@@ -43,9 +43,9 @@ class StrategyEquivalence : public testing::ParallelTrainingTest {
 
   // Worker 0's parameters after parameter-server training (servers as ranks of their own).
   std::vector<float> parameter_servers(Config config, int workers, int servers) {
-    config.parallel.strategy = "ps";
+    config.parallel.strategy = "parameter_server";
     config.parallel.workers = workers;
-    config.parallel.servers = servers;
+    config.parameter_server.servers = servers;
     const std::string run_dir = dir("ps");
     const auto data = std::make_shared<const RunData>(load_run_data(config.data));
     std::vector<float> params;
@@ -90,23 +90,23 @@ TEST_F(StrategyEquivalence, EveryStrategyTrainsTheSingleWorkerTrajectory) {
           "one rank through the launcher (allreduce, P = 1)", 1, [](Config&) {}, 0.0f),
       ranks_row(
           "allreduce ring, P = 2, optimizer replicated", 2,
-          [](Config& c) { c.parallel.zero_stage = std::string("0"); }, 1e-6f),
+          [](Config& c) { c.data_parallel.zero_stage = std::string("0"); }, 1e-6f),
       ranks_row(
           "allreduce halving-doubling, P = 4", 4,
           [](Config& c) { c.parallel.allreduce = "halving-doubling"; }, 1e-6f),
       ranks_row(
           "ZeRO-1, reduce-scatter, P = 2", 2,
           [](Config& c) {
-            c.parallel.zero_stage = std::string("1");
-            c.parallel.fused_update = "false";
+            c.data_parallel.zero_stage = std::string("1");
+            c.data_parallel.sum_in_update = "false";
           },
           1e-6f),
       ranks_row(
           "ZeRO-1, sums fused into the update, P = 3", 3,
           [](Config& c) {
-            c.parallel.zero_stage = std::string("1");
-            c.parallel.fused_update = "true";
-            c.parallel.overlap = "false";
+            c.data_parallel.zero_stage = std::string("1");
+            c.data_parallel.sum_in_update = "true";
+            c.data_parallel.overlap = "false";
           },
           1e-6f),
       Row{"parameter servers, bsp, 2 workers x 2 servers",

@@ -7,7 +7,7 @@
 // within a fraction of a second of each other; the speedup of a worker count is the median over
 // rounds of its rate over the baseline's rate in the same round.
 //
-//   parallel.strategy = "allreduce"   max(workers) rank threads, as `dtrain train --workers W`
+//   parallel.strategy = "data_parallel" max(workers) rank threads, as `dtrain train --workers W`
 //                                     starts them (same pinning, communicator options and shared
 //                                     data). Each worker count W has its own Trainer per rank: W =
 //                                     1 a plain one on rank 0, W > 1 one per rank r < W over a
@@ -43,7 +43,7 @@ struct ScalingBenchmarkOptions {
 };
 
 struct ScalingBenchmarkRow {
-  std::string strategy;  // "allreduce" or "hogwild"
+  std::string strategy;  // "data_parallel", "local_sgd" or "hogwild"
   int workers = 1;
   int rounds = 0;
   std::int64_t samples_per_phase = 0;  // samples (updates) each timed phase processes

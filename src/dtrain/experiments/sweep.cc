@@ -46,7 +46,7 @@ std::string point_name(const std::vector<SweepAxis>& axes, const std::vector<std
 
 // The ranks of a run as the launcher starts them (one process when sweeping): the strategy's
 // thread ranks, which count parameter servers only when they are ranks of their own (not with
-// parallel.colocate_servers).
+// parameter_server.colocate_servers).
 int ranks_of(const Config& config) {
   const StrategyInfo& strategy = find_strategy(config.parallel.strategy);
   return strategy.thread_ranks ? strategy.thread_ranks(config)
@@ -83,34 +83,39 @@ SweepAxis parse_sweep_axis(const std::string& text) {
 }
 
 std::vector<std::string> mode_overrides(const std::string& mode) {
-  const std::vector<std::string> ps{"parallel.strategy=\"ps\""};
+  const std::vector<std::string> ps{"parallel.strategy=\"parameter_server\""};
   auto with = [&](std::vector<std::string> more) {
     more.insert(more.begin(), ps.begin(), ps.end());
     return more;
   };
-  if (mode == "allreduce") return {"parallel.strategy=\"allreduce\""};
-  if (mode == "sync") return with({"parallel.consistency=\"bsp\"", "parallel.backup_workers=0"});
-  if (mode.rfind("backup=", 0) == 0) {
-    return with({"parallel.consistency=\"bsp\"",
-                 fmt::format("parallel.backup_workers={}", mode_count(mode, 7))});
+  if (mode == "allreduce" || mode == "data_parallel") {
+    return {"parallel.strategy=\"data_parallel\""};
   }
-  if (mode == "async") return with({"parallel.consistency=\"async\"", "parallel.pull_every=1"});
+  if (mode == "sync")
+    return with({"parameter_server.consistency=\"bsp\"", "parameter_server.backup_workers=0"});
+  if (mode.rfind("backup=", 0) == 0) {
+    return with({"parameter_server.consistency=\"bsp\"",
+                 fmt::format("parameter_server.backup_workers={}", mode_count(mode, 7))});
+  }
+  if (mode == "async")
+    return with({"parameter_server.consistency=\"async\"", "parameter_server.pull_every=1"});
   if (mode.rfind("async/", 0) == 0) {
-    return with({"parallel.consistency=\"async\"",
-                 fmt::format("parallel.pull_every={}", mode_count(mode, 6))});
+    return with({"parameter_server.consistency=\"async\"",
+                 fmt::format("parameter_server.pull_every={}", mode_count(mode, 6))});
   }
   if (mode.rfind("ssp=", 0) == 0) {
-    return with({"parallel.consistency=\"ssp\"",
-                 fmt::format("parallel.staleness={}", mode_count(mode, 4))});
+    return with({"parameter_server.consistency=\"ssp\"",
+                 fmt::format("parameter_server.staleness={}", mode_count(mode, 4))});
   }
   if (mode.rfind("local_sgd=", 0) == 0) {
     return {"parallel.strategy=\"local_sgd\"",
             fmt::format("local_sgd.period={}", mode_count(mode, 10))};
   }
-  throw ConfigError(fmt::format(
-      "unknown sweep mode '{}'; choose allreduce, sync, backup=B, async, async/K (pull every K "
-      "steps), ssp=S or local_sgd=H",
-      mode));
+  throw ConfigError(
+      fmt::format("unknown sweep mode '{}'; choose data_parallel (or allreduce), sync, backup=B, "
+                  "async, async/K (pull every K "
+                  "steps), ssp=S or local_sgd=H",
+                  mode));
 }
 
 SweepResult run_sweep(
@@ -120,16 +125,13 @@ SweepResult run_sweep(
   // Every point's config first: a typo in the last value must not surface after an hour of runs.
   std::vector<Config> configs;
   // Rows compare like for like: "auto" would shard the optimizer for ring rows only, so a sweep
-  // runs it replicated unless an axis names parallel.zero_stage.
+  // runs data_parallel points replicated unless an axis names data_parallel.zero_stage.
   const bool zero_stage_swept = std::any_of(axes.begin(), axes.end(), [](const SweepAxis& axis) {
-    return axis.key == "parallel.zero_stage";
+    return canonical_key(axis.key) == "data_parallel.zero_stage";
   });
   for (const auto& point : points) {
     Config config = base;
     try {
-      if (!zero_stage_swept && config.parallel.zero_stage == "auto") {
-        apply_override(config, "parallel.zero_stage=0", "the sweep's replicated optimizer");
-      }
       for (std::size_t i = 0; i < axes.size(); ++i) {
         const std::string origin = fmt::format("the sweep axis {} = {}", axes[i].key, point[i]);
         if (axes[i].key == kModeAxis) {
@@ -139,6 +141,10 @@ SweepResult run_sweep(
         } else {
           apply_override(config, axes[i].key + "=" + point[i], origin);
         }
+      }
+      if (!zero_stage_swept && config.parallel.strategy == "data_parallel" &&
+          config.data_parallel.zero_stage == "auto") {
+        apply_override(config, "data_parallel.zero_stage=0", "the sweep's replicated optimizer");
       }
       validate(config);
       // Before any run: a point whose straggler names a missing rank would otherwise fail only

@@ -9,11 +9,12 @@
 //
 // The axis "mode" (`dtrain sweep --modes`) names ways of training, each a bundle of keys, so that
 // synchronous, backup-worker and asynchronous training compare under the same stragglers:
-//   allreduce   parallel.strategy = "allreduce"
-//   sync        parameter servers, consistency bsp
-//   backup=B    parameter servers, bsp, B backup workers
-//   async       parameter servers, consistency async (async/K: pull every K steps)
-//   ssp=S       parameter servers, consistency ssp with staleness S
+//   data_parallel   parallel.strategy = "data_parallel" (the old name allreduce works too)
+//   sync            parameter servers, consistency bsp
+//   backup=B        parameter servers, bsp, B backup workers
+//   async           parameter servers, consistency async (async/K: pull every K steps)
+//   ssp=S           parameter servers, consistency ssp with staleness S
+//   local_sgd=H     local SGD averaging every H steps
 //
 // Speedup of a run = its samples/s / the samples/s of the run at the same point with
 // parallel.workers = 1 (the first run of the grid when the grid has no such point); scaling

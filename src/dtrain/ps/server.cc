@@ -53,10 +53,11 @@ Server::Server(comm::Transport& transport, int index, ShardLayout layout,
   if (workers < 1) throw ConfigError("a parameter server needs at least one worker");
   if (options_.consistency == Consistency::kBsp &&
       (options_.backup_workers < 0 || options_.backup_workers >= workers)) {
-    throw ConfigError(fmt::format(
-        "parallel.backup_workers = {} must be below the {} workers: a bsp step needs at least "
-        "one gradient",
-        options_.backup_workers, workers));
+    throw ConfigError(
+        fmt::format("parameter_server.backup_workers = {} must be below the {} workers: a bsp step "
+                    "needs at least "
+                    "one gradient",
+                    options_.backup_workers, workers));
   }
   if (options_.optimizer.name == "lars") {
     throw ConfigError(

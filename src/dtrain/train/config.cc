@@ -23,8 +23,39 @@ namespace dtrain::train {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-const char* const kSections[] = {"model",    "data",     "train",    "optim",
-                                 "schedule", "parallel", "local_sgd"};
+const char* const kSections[] = {"model",    "data",     "train",         "optim",
+                                 "schedule", "parallel", "data_parallel", "parameter_server",
+                                 "local_sgd"};
+
+// Keys that moved or were renamed: the old "section.key" still works and warns (Config::notes).
+// Errors name a key as the user wrote it.
+struct RenamedKey {
+  const char* old_name;
+  const char* new_name;
+};
+constexpr RenamedKey kRenamedKeys[] = {
+    {"parallel.fusion_bytes", "data_parallel.bucket_bytes"},
+    {"parallel.overlap", "data_parallel.overlap"},
+    {"parallel.zero_stage", "data_parallel.zero_stage"},
+    {"parallel.fused_update", "data_parallel.sum_in_update"},
+    {"parallel.sync_batch_norm", "data_parallel.sync_batch_norm"},
+    {"parallel.servers", "parameter_server.servers"},
+    {"parallel.colocate_servers", "parameter_server.colocate_servers"},
+    {"parallel.consistency", "parameter_server.consistency"},
+    {"parallel.staleness", "parameter_server.staleness"},
+    {"parallel.pull_every", "parameter_server.pull_every"},
+    {"parallel.backup_workers", "parameter_server.backup_workers"},
+};
+
+// Old values of parallel.strategy: "allreduce" named a collective, not a way of training.
+struct RenamedValue {
+  const char* old_value;
+  const char* new_value;
+};
+constexpr RenamedValue kRenamedStrategies[] = {
+    {"allreduce", "data_parallel"},
+    {"ps", "parameter_server"},
+};
 
 using Target = std::variant<std::string*, std::int64_t*, double*, bool*, std::vector<std::int64_t>*,
                             std::vector<double>*>;
@@ -76,6 +107,8 @@ std::vector<Field> fields(Config& c) {
   auto& o = c.optim;
   auto& s = c.schedule;
   auto& p = c.parallel;
+  auto& dp = c.data_parallel;
+  auto& ps = c.parameter_server;
   auto& l = c.local_sgd;
   std::vector<std::string> strategies;
   for (const StrategyInfo& info : strategy_registry()) strategies.emplace_back(info.name);
@@ -243,36 +276,12 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "strategy", &p.strategy, strategy_key_help(), -kInf, kInf, false, false,
        strategies},
       {"parallel", "workers", &p.workers,
-       "data-parallel ranks as threads of each process (x processes under mpirun)", 1, kMaxWorkers},
+       "ranks as threads of each process (x processes under mpirun); under parameter_server "
+       "these are the workers, and the servers come on top",
+       1, kMaxWorkers},
       {"parallel", "allreduce", &p.allreduce,
-       "the allreduce algorithm of strategy allreduce's gradients and local_sgd's parameter "
-       "averages",
+       "the allreduce algorithm of data_parallel's gradients and local_sgd's parameter averages",
        -kInf, kInf, false, false, algorithms},
-      {"parallel",
-       "fusion_bytes",
-       &p.fusion_bytes,
-       "strategy allreduce: gradient bucket size in bytes (tensor fusion); 0 = one allreduce per "
-       "tensor; auto: 1 MiB "
-       "buckets with overlap, one bucket without (docs/PARALLEL.md)",
-       0,
-       kInf,
-       false,
-       false,
-       {},
-       true},
-      {"parallel",
-       "overlap",
-       &p.overlap,
-       "strategy allreduce: start bucket allreduces while backward runs (auto: when every rank's "
-       "compute threads and "
-       "communication thread fit on the CPUs; docs/PARALLEL.md)",
-       -kInf,
-       kInf,
-       false,
-       false,
-       {"auto", "true", "false"}},
-      {"parallel", "sync_batch_norm", &p.sync_batch_norm,
-       "strategy allreduce: batch-norm statistics over all ranks (default: each rank's own)"},
       {"parallel", "stall_warning_seconds", &p.stall_warning_seconds,
        "warn when a gradient bucket has waited this long for other ranks", 0, kInf, true},
       {"parallel", "comm_timeout_seconds", &p.comm_timeout_seconds,
@@ -280,14 +289,37 @@ std::vector<Field> fields(Config& c) {
       int_at_least("parallel", "trace_steps", &p.trace_steps,
                    "steps recorded in trace.json (0 = no trace)", 0),
       {"parallel", "check_headers", &p.check_headers,
-       "strategies allreduce, local_sgd: check each gradient (or parameter) allreduce's arguments "
-       "across ranks (a round trip through rank 0; "
-       "layouts are compared at start either way)"},
-      {"parallel",
+       "data_parallel, local_sgd: check each gradient (or parameter) allreduce's arguments "
+       "across ranks (a round trip through rank 0; layouts are compared at start either way)"},
+      {"parallel", "straggler", &p.straggler,
+       "injected slowness: rank=R,slowdown=S, rank=R,delay_ms=D or random=exp|pareto,mean_ms=M "
+       "(\"\" = none)"},
+
+      {"data_parallel",
+       "bucket_bytes",
+       &dp.bucket_bytes,
+       "gradient bucket size in bytes (tensor fusion); 0 = one allreduce per tensor; auto: 1 MiB "
+       "buckets with overlap, one bucket without (docs/PARALLEL.md)",
+       0,
+       kInf,
+       false,
+       false,
+       {},
+       true},
+      {"data_parallel",
+       "overlap",
+       &dp.overlap,
+       "start bucket allreduces while backward runs (auto: when every rank's compute threads and "
+       "communication thread fit on the CPUs; docs/PARALLEL.md)",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"auto", "true", "false"}},
+      {"data_parallel",
        "zero_stage",
-       &p.zero_stage,
-       "strategy allreduce: ZeRO stage: 0 replicates the optimizer on every rank (DDP); 1 shards "
-       "its state and update "
+       &dp.zero_stage,
+       "ZeRO stage: 0 replicates the optimizer on every rank (DDP); 1 shards its state and update "
        "over the ranks (reduce-scatter gradients, update 1/P, allgather parameters); auto: 1 with "
        "more than one rank, ring allreduce and an element-wise optimizer (docs/PARALLEL.md)",
        -kInf,
@@ -295,11 +327,10 @@ std::vector<Field> fields(Config& c) {
        false,
        false,
        {"auto", "0", "1"}},
-      {"parallel",
-       "fused_update",
-       &p.fused_update,
-       "strategy allreduce, ZeRO-1 with ranks as threads: sum each shard's gradients over the "
-       "ranks inside the "
+      {"data_parallel",
+       "sum_in_update",
+       &dp.sum_in_update,
+       "ZeRO-1 with ranks as threads: sum each shard's gradients over the ranks inside the "
        "optimizer update, reading the other ranks' buffers in place, instead of a reduce-scatter; "
        "auto: where the optimizer is sharded, buckets do not overlap, ranks share memory and the "
        "optimizer is sgd, adam or adamw (docs/PARALLEL.md)",
@@ -308,39 +339,38 @@ std::vector<Field> fields(Config& c) {
        false,
        false,
        {"auto", "true", "false"}},
-      {"parallel", "straggler", &p.straggler,
-       "injected slowness: rank=R,slowdown=S, rank=R,delay_ms=D or random=exp|pareto,mean_ms=M "
-       "(\"\" = none)"},
-      {"parallel", "servers", &p.servers,
-       "strategy ps: parameter-server ranks (besides parallel.workers workers)", 1, 1024},
-      {"parallel", "colocate_servers", &p.colocate_servers,
-       "strategy ps: run the servers on a second thread of workers 0 .. servers-1 instead of on "
-       "ranks of their own"},
-      {"parallel",
+      {"data_parallel", "sync_batch_norm", &dp.sync_batch_norm,
+       "batch-norm statistics over all ranks (default: each rank's own)"},
+
+      {"parameter_server", "servers", &ps.servers,
+       "parameter-server ranks (besides parallel.workers workers)", 1, 1024},
+      {"parameter_server", "colocate_servers", &ps.colocate_servers,
+       "run the servers on a second thread of workers 0 .. servers-1 instead of on ranks of their "
+       "own"},
+      {"parameter_server",
        "consistency",
-       &p.consistency,
-       "strategy ps: bsp (synchronous), async (Downpour), ssp (bounded staleness)",
+       &ps.consistency,
+       "bsp (synchronous), async (Downpour), ssp (bounded staleness)",
        -kInf,
        kInf,
        false,
        false,
        {"bsp", "async", "ssp"}},
-      int_at_least("parallel", "staleness", &p.staleness,
+      int_at_least("parameter_server", "staleness", &ps.staleness,
                    "consistency ssp: steps a worker may run ahead of the slowest", 0),
-      int_at_least("parallel", "pull_every", &p.pull_every,
+      int_at_least("parameter_server", "pull_every", &ps.pull_every,
                    "consistency async: pull parameters every this many steps", 1),
-      int_at_least("parallel", "backup_workers", &p.backup_workers,
-                   "strategy ps, consistency bsp: each step uses the first workers - b gradients "
-                   "(Chen et al.)",
+      int_at_least("parameter_server", "backup_workers", &ps.backup_workers,
+                   "consistency bsp: each step uses the first workers - b gradients (Chen et al.)",
                    0),
 
       int_at_least("local_sgd", "period", &l.period,
-                   "strategy local_sgd: H, the local steps each rank takes between parameter "
+                   "H, the local steps each rank takes between parameter "
                    "averages (1 = synchronous data parallelism; the epoch's last step always "
                    "averages)",
                    1),
       int_at_least("local_sgd", "synchronous_steps", &l.synchronous_steps,
-                   "strategy local_sgd: the run's first steps average after every step before "
+                   "the run's first steps average after every step before "
                    "local steps begin (PyTorch PostLocalSGD's start_localSGD_iter)",
                    0),
   };
@@ -471,9 +501,10 @@ const char* node_type(const toml::node& node) {
   }
 }
 
-[[noreturn]] void throw_type_error(const Field& field, const toml::node& node,
-                                   const std::string& where) {
-  throw ConfigError(fmt::format("config key '{}' in {} must be {}, got {} {}", field.name(), where,
+// `name`: the key as written (an old name where one was used).
+[[noreturn]] void throw_type_error(const std::string& name, const Field& field,
+                                   const toml::node& node, const std::string& where) {
+  throw ConfigError(fmt::format("config key '{}' in {} must be {}, got {} {}", name, where,
                                 type_name(field.target), node_type(node), node_text(node)));
 }
 
@@ -497,8 +528,11 @@ bool accepts_booleans(const Field& field) {
 }
 
 // Stores `node` into the field's target, checking only the type (ranges come in validate()).
-void assign(const Field& field, const toml::node& node, const std::string& where) {
+// `name` is the key as written, for errors.
+void assign(const Field& field, const toml::node& node, const std::string& where,
+            const std::string& name) {
   struct Visitor {
+    const std::string& name;
     const Field& field;
     const toml::node& node;
     const std::string& where;
@@ -517,48 +551,48 @@ void assign(const Field& field, const toml::node& node, const std::string& where
         return;
       }
       const auto* s = node.as_string();
-      if (s == nullptr) throw_type_error(field, node, where);
+      if (s == nullptr) throw_type_error(name, field, node, where);
       *v = s->get();
     }
     void operator()(std::int64_t* v) const {
       const auto* i = node.as_integer();
-      if (i == nullptr) throw_type_error(field, node, where);
+      if (i == nullptr) throw_type_error(name, field, node, where);
       *v = i->get();
     }
     void operator()(double* v) const {
       const auto number = as_number(node);
-      if (!number) throw_type_error(field, node, where);
+      if (!number) throw_type_error(name, field, node, where);
       *v = *number;
     }
     void operator()(bool* v) const {
       const auto* b = node.as_boolean();
-      if (b == nullptr) throw_type_error(field, node, where);
+      if (b == nullptr) throw_type_error(name, field, node, where);
       *v = b->get();
     }
     void operator()(std::vector<std::int64_t>* v) const {
       const auto* array = node.as_array();
-      if (array == nullptr) throw_type_error(field, node, where);
+      if (array == nullptr) throw_type_error(name, field, node, where);
       std::vector<std::int64_t> values;
       for (const auto& element : *array) {
         const auto* i = element.as_integer();
-        if (i == nullptr) throw_type_error(field, node, where);
+        if (i == nullptr) throw_type_error(name, field, node, where);
         values.push_back(i->get());
       }
       *v = std::move(values);
     }
     void operator()(std::vector<double>* v) const {
       const auto* array = node.as_array();
-      if (array == nullptr) throw_type_error(field, node, where);
+      if (array == nullptr) throw_type_error(name, field, node, where);
       std::vector<double> values;
       for (const auto& element : *array) {
         const auto number = as_number(element);
-        if (!number) throw_type_error(field, node, where);
+        if (!number) throw_type_error(name, field, node, where);
         values.push_back(*number);
       }
       *v = std::move(values);
     }
   };
-  std::visit(Visitor{field, node, where}, field.target);
+  std::visit(Visitor{name, field, node, where}, field.target);
 }
 
 std::string accepted_keys(const std::vector<Field>& table, std::string_view section) {
@@ -591,12 +625,62 @@ const Field& find_field(const std::vector<Field>& table, std::string_view sectio
                                 section, key, where, section, accepted_keys(table, section)));
 }
 
-// Where each key's current value came from, for range errors: the file, a --set argument, or the
-// built-in default.
-using Origins = std::map<std::string, std::string>;
+// Where each key's current value came from (the file, a --set argument; missing: the built-in
+// default), and the name it was written under where that is an old name, for errors.
+struct Provenance {
+  std::map<std::string, std::string> where;
+  std::map<std::string, std::string> written;
+};
+
+void add_note(Config& config, std::string note) {
+  auto& lines = config.notes.lines;
+  if (std::find(lines.begin(), lines.end(), note) == lines.end()) lines.push_back(std::move(note));
+}
+
+const RenamedKey* renamed_key(std::string_view name) {
+  for (const RenamedKey& renamed : kRenamedKeys) {
+    if (name == renamed.old_name) return &renamed;
+  }
+  return nullptr;
+}
+
+// The field that `section.key` (as written at `where`) sets: an old name leads to its new one,
+// with a note.
+const Field& resolve_field(const std::vector<Field>& table, std::string_view section,
+                           std::string_view key, const std::string& where, Config& config,
+                           Provenance& provenance) {
+  const std::string written = fmt::format("{}.{}", section, key);
+  const RenamedKey* renamed = renamed_key(written);
+  if (renamed == nullptr) {
+    const Field& field = find_field(table, section, key, where);
+    provenance.written.erase(field.name());
+    return field;
+  }
+  const std::string_view new_name = renamed->new_name;
+  const auto dot = new_name.find('.');
+  const Field& field = find_field(table, new_name.substr(0, dot), new_name.substr(dot + 1), where);
+  provenance.written[field.name()] = written;
+  add_note(config, fmt::format("config key '{}' in {} is the old name of '{}'; it still works, "
+                               "but write {} (docs/CONFIG.md)",
+                               written, where, new_name, new_name));
+  return field;
+}
+
+// parallel.strategy's old values become the new ones, with a note.
+void rename_value(const Field& field, const std::string& where, Config& config) {
+  if (field.name() != "parallel.strategy") return;
+  std::string& value = *std::get<std::string*>(field.target);
+  for (const RenamedValue& renamed : kRenamedStrategies) {
+    if (value != renamed.old_value) continue;
+    value = renamed.new_value;
+    add_note(config, fmt::format("parallel.strategy = \"{}\" in {} is the old name of \"{}\"; "
+                                 "it still works, but write \"{}\"",
+                                 renamed.old_value, where, renamed.new_value, renamed.new_value));
+  }
+}
 
 void apply_table(Config& config, const toml::table& root, const std::string& where,
-                 Origins& origins) {
+                 Provenance& provenance) {
   const auto table = fields(config);
   for (const auto& [section_key, section_node] : root) {
     const std::string section(section_key.str());
@@ -608,14 +692,15 @@ void apply_table(Config& config, const toml::table& root, const std::string& whe
     }
     if (!known_section(section)) throw_unknown_section(section, where);
     for (const auto& [key, node] : *section_table) {
-      const Field& field = find_field(table, section, key.str(), where);
-      assign(field, node, where);
-      origins[field.name()] = where;
+      const Field& field = resolve_field(table, section, key.str(), where, config, provenance);
+      assign(field, node, where, fmt::format("{}.{}", section, key.str()));
+      rename_value(field, where, config);
+      provenance.where[field.name()] = where;
     }
   }
 }
 
-void apply_override_impl(Config& config, std::string_view assignment, Origins& origins,
+void apply_override_impl(Config& config, std::string_view assignment, Provenance& provenance,
                          std::string_view origin = {}) {
   const std::string where =
       origin.empty() ? fmt::format("--set {}", assignment) : std::string(origin);
@@ -630,7 +715,7 @@ void apply_override_impl(Config& config, std::string_view assignment, Origins& o
   const std::string_view key = assignment.substr(dot + 1, equals - dot - 1);
   const std::string_view value = assignment.substr(equals + 1);
   const auto table = fields(config);
-  const Field& field = find_field(table, section, key, where);
+  const Field& field = resolve_field(table, section, key, where, config, provenance);
 
   toml::table parsed;
   bool parsed_ok = true;
@@ -644,27 +729,34 @@ void apply_override_impl(Config& config, std::string_view assignment, Origins& o
       (node == nullptr || !node->is_string())) {
     *std::get<std::string*>(field.target) = std::string(value);  // a bare word
   } else if (node == nullptr) {
-    throw ConfigError(fmt::format("config key '{}' in {} must be {}, got '{}'", field.name(), where,
+    throw ConfigError(fmt::format("config key '{}' in {} must be {}, got '{}'",
+                                  fmt::format("{}.{}", section, key), where,
                                   type_name(field.target), value));
   } else {
-    assign(field, *node, where);
+    assign(field, *node, where, fmt::format("{}.{}", section, key));
   }
-  origins[field.name()] = where;
+  rename_value(field, where, config);
+  provenance.where[field.name()] = where;
 }
 
-// Keys missing from `origins` are said to come from `unknown_origin`.
-void validate_impl(const Config& config, const Origins& origins,
+// Keys missing from `provenance` are said to come from `unknown_origin`.
+void validate_impl(const Config& config, const Provenance& provenance,
                    const char* unknown_origin = "the defaults") {
   Config copy = config;
   const auto table = fields(copy);
   auto where = [&](const std::string& name) {
-    const auto it = origins.find(name);
-    return it == origins.end() ? std::string(unknown_origin) : it->second;
+    const auto it = provenance.where.find(name);
+    return it == provenance.where.end() ? std::string(unknown_origin) : it->second;
+  };
+  // A key as the user wrote it: its old name where that was used.
+  auto key = [&](const std::string& name) {
+    const auto it = provenance.written.find(name);
+    return it == provenance.written.end() ? name : it->second;
   };
   // `number`: the number that failed, for the note that infinities and NaN are never accepted.
   auto out_of_range = [&](const Field& field, const std::string& value, double number = 0.0) {
     throw ConfigError(fmt::format("config key '{}' = {} in {} is out of range; accepted: {}{}",
-                                  field.name(), value, where(field.name()), range_text(field),
+                                  key(field.name()), value, where(field.name()), range_text(field),
                                   std::isfinite(number) ? "" : " (a finite number)"));
   };
   for (const auto& field : table) {
@@ -746,52 +838,59 @@ void validate_impl(const Config& config, const Origins& origins,
         config.data.sparse_nonzeros, where("data.sparse_nonzeros"), config.data.sparse_features,
         where("data.sparse_features")));
   }
-  const auto& par = config.parallel;
-  if (par.backup_workers > 0 && (par.strategy != "ps" || par.consistency != "bsp")) {
+  const std::string& strategy = config.parallel.strategy;
+  const auto& dp = config.data_parallel;
+  const auto& ps = config.parameter_server;
+  if (ps.backup_workers > 0 && (strategy != "parameter_server" || ps.consistency != "bsp")) {
     throw ConfigError(fmt::format(
-        "config key 'parallel.backup_workers' = {} ({}) needs parallel.strategy = \"ps\" and "
-        "parallel.consistency = \"bsp\" (now \"{}\", \"{}\"): an allreduce cannot leave a late "
-        "rank out (docs/PS.md, \"Backup workers\"); pass --strategy ps",
-        par.backup_workers, where("parallel.backup_workers"), par.strategy, par.consistency));
+        "config key '{}' = {} ({}) needs parallel.strategy = \"parameter_server\" and "
+        "parameter_server.consistency = \"bsp\" (now \"{}\", \"{}\"): an allreduce cannot leave "
+        "a late rank out (docs/PS.md, \"Backup workers\"); pass --strategy parameter_server",
+        key("parameter_server.backup_workers"), ps.backup_workers,
+        where("parameter_server.backup_workers"), strategy, ps.consistency));
   }
-  if (par.pull_every > 1 && par.consistency != "async") {
+  if (ps.pull_every > 1 && ps.consistency != "async") {
     throw ConfigError(fmt::format(
-        "config key 'parallel.pull_every' = {} ({}) needs parallel.consistency = \"async\": bsp "
-        "and ssp pull every step (their guarantees are about what a step computes on)",
-        par.pull_every, where("parallel.pull_every")));
+        "config key '{}' = {} ({}) needs parameter_server.consistency = \"async\": bsp and ssp "
+        "pull every step (their guarantees are about what a step computes on)",
+        key("parameter_server.pull_every"), ps.pull_every, where("parameter_server.pull_every")));
   }
-  if ((par.strategy == "ps" || par.strategy == "local_sgd") && par.sync_batch_norm) {
-    throw ConfigError(
-        fmt::format("config key 'parallel.sync_batch_norm' = true ({}) is for allreduce training; "
-                    "parallel.strategy = \"{}\" keeps batch-norm statistics per rank ({})",
-                    where("parallel.sync_batch_norm"), par.strategy,
-                    par.strategy == "ps" ? "parameter servers hold only the trained parameters"
-                                         : "local SGD averages them with the parameters"));
+  if ((strategy == "parameter_server" || strategy == "local_sgd") && dp.sync_batch_norm) {
+    throw ConfigError(fmt::format(
+        "config key '{}' = true ({}) is for data_parallel training; parallel.strategy = \"{}\" "
+        "keeps batch-norm statistics per rank ({})",
+        key("data_parallel.sync_batch_norm"), where("data_parallel.sync_batch_norm"), strategy,
+        strategy == "parameter_server" ? "parameter servers hold only the trained parameters"
+                                       : "local SGD averages them with the parameters"));
   }
-  if (par.strategy == "ps" && config.optim.name == "lars") {
+  if (strategy == "parameter_server" && config.optim.name == "lars") {
     throw ConfigError(fmt::format(
         "config key 'optim.name' = \"lars\" ({}) needs whole-tensor norms, which a parameter "
-        "server's key range does not hold; use sgd, adam or adamw with parallel.strategy = \"ps\"",
+        "server's key range does not hold; use sgd, adam or adamw with parallel.strategy = "
+        "\"parameter_server\"",
         where("optim.name")));
   }
-  if (par.zero_stage == "1" && par.strategy != "allreduce") {
+  if (dp.zero_stage == "1" && strategy != "data_parallel") {
     throw ConfigError(fmt::format(
-        "config key 'parallel.zero_stage' = {} ({}) shards the optimizer of allreduce training; "
-        "parallel.strategy = \"{}\" keeps its own state (set zero_stage = 0 or \"auto\")",
-        par.zero_stage, where("parallel.zero_stage"), par.strategy));
+        "config key '{}' = {} ({}) shards the optimizer of allreduce training (strategy "
+        "data_parallel); parallel.strategy = \"{}\" keeps its own state (set zero_stage = 0 or "
+        "\"auto\")",
+        key("data_parallel.zero_stage"), dp.zero_stage, where("data_parallel.zero_stage"),
+        strategy));
   }
-  if (par.fused_update == "true" && par.strategy != "allreduce") {
+  if (dp.sum_in_update == "true" && strategy != "data_parallel") {
     throw ConfigError(fmt::format(
-        "config key 'parallel.fused_update' = true ({}) sums ZeRO-1 shards of allreduce training; "
-        "parallel.strategy = \"{}\" has none (set fused_update = false or \"auto\")",
-        where("parallel.fused_update"), par.strategy));
+        "config key '{}' = true ({}) sums ZeRO-1 shards of allreduce training (strategy "
+        "data_parallel); "
+        "parallel.strategy = \"{}\" has none (set it to false or \"auto\")",
+        key("data_parallel.sum_in_update"), where("data_parallel.sum_in_update"), strategy));
   }
-  if (par.zero_stage == "1" && config.optim.name == "lars") {
+  if (dp.zero_stage == "1" && config.optim.name == "lars") {
     throw ConfigError(fmt::format(
         "config key 'optim.name' = \"lars\" ({}) needs whole-tensor norms, which a ZeRO shard "
-        "does not hold (it may cut a tensor); use sgd, adam or adamw with parallel.zero_stage = "
-        "{}, or zero_stage = 0",
-        where("optim.name"), par.zero_stage));
+        "does not hold (it may cut a tensor); use sgd, adam or adamw with {} = {}, or "
+        "zero_stage = 0",
+        where("optim.name"), key("data_parallel.zero_stage"), dp.zero_stage));
   }
   try {
     parse_straggler(config.parallel.straggler);
@@ -822,10 +921,10 @@ Config parse_config(std::string_view toml_text, const std::string& source,
                                   e.source().begin.line, e.source().begin.column, e.description()));
   }
   Config config;
-  Origins origins;
-  apply_table(config, root, source, origins);
-  for (const auto& assignment : overrides) apply_override_impl(config, assignment, origins);
-  validate_impl(config, origins);
+  Provenance provenance;
+  apply_table(config, root, source, provenance);
+  for (const auto& assignment : overrides) apply_override_impl(config, assignment, provenance);
+  validate_impl(config, provenance);
   return config;
 }
 
@@ -853,32 +952,27 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 }
 
 void apply_override(Config& config, std::string_view assignment, std::string_view origin) {
-  Origins origins;
-  apply_override_impl(config, assignment, origins, origin);
+  Provenance provenance;
+  apply_override_impl(config, assignment, provenance, origin);
 }
 
 // Where the keys came from is not known here (a sweep point, a config built in code).
-void validate(const Config& config) { validate_impl(config, Origins{}, "the configuration"); }
+void validate(const Config& config) { validate_impl(config, Provenance{}, "the configuration"); }
 
 std::vector<std::string> ignored_settings(const Config& config) {
-  const ParallelSection& p = config.parallel;
-  const ParallelSection defaults;
-  std::vector<std::string> ignored;
-  if (p.strategy != "ps") {
-    const auto note = [&](const std::string& key, const std::string& value) {
-      ignored.push_back(fmt::format(
-          "parallel.{} = {} is ignored: it applies to parallel.strategy = \"ps\", not \"{}\"", key,
-          value, p.strategy));
-    };
-    if (p.consistency != defaults.consistency) note("consistency", "\"" + p.consistency + "\"");
-    if (p.staleness != defaults.staleness) note("staleness", std::to_string(p.staleness));
-    if (p.pull_every != defaults.pull_every) note("pull_every", std::to_string(p.pull_every));
-    if (p.backup_workers != defaults.backup_workers) {
-      note("backup_workers", std::to_string(p.backup_workers));
-    }
-    if (p.servers != defaults.servers) note("servers", std::to_string(p.servers));
-    if (p.colocate_servers != defaults.colocate_servers) note("colocate_servers", "true");
-  }
+  const std::string& strategy = config.parallel.strategy;
+  std::vector<std::string> ignored = config.notes.lines;
+  // A section read by one strategy, set away from its defaults under another.
+  const auto section_note = [&](const char* section, bool is_default) {
+    if (strategy == section || is_default) return;
+    ignored.push_back(
+        fmt::format("[{}] keys are ignored: they apply to parallel.strategy = \"{}\", not \"{}\"",
+                    section, section, strategy));
+  };
+  section_note("parameter_server", config.parameter_server == ParameterServerSection{});
+  // local_sgd reads the allreduce settings of its parameter averages but not these.
+  section_note("data_parallel", config.data_parallel == DataParallelSection{});
+  section_note("local_sgd", config.local_sgd == LocalSgdSection{});
   const ScheduleSection& s = config.schedule;
   if (s.warmup == "gradual" && (s.scaling == "none" || config.train.batch_size == s.base_batch)) {
     ignored.push_back(fmt::format(
@@ -887,12 +981,6 @@ std::vector<std::string> ignored_settings(const Config& config) {
         "= {} (schedule.base_batch = {}) the two are equal; for a ramp from a fraction of the rate "
         "use warmup = \"constant\" with warmup_factor, or a scaling rule",
         s.scaling, config.train.batch_size, s.base_batch));
-  }
-  const LocalSgdSection local_defaults;
-  if (p.strategy != "local_sgd" && config.local_sgd != local_defaults) {
-    ignored.push_back(fmt::format(
-        "[local_sgd] keys are ignored: they apply to parallel.strategy = \"local_sgd\", not \"{}\"",
-        p.strategy));
   }
   return ignored;
 }
@@ -905,6 +993,10 @@ std::string to_toml(const Config& config) {
       "# `dtrain train --config FILE` reads it, `--set section.key=value` overrides a key.\n";
   for (const char* section : kSections) {
     out += fmt::format("\n[{}]\n", section);
+    if (const StrategyInfo* owner = find_strategy_or_null(section)) {
+      out +=
+          fmt::format("# read by parallel.strategy = \"{}\" only ({})\n", owner->name, owner->docs);
+    }
     for (const auto& field : table) {
       if (field.section != std::string_view(section)) continue;
       out += fmt::format("# {} ({})\n{} = {}\n", field.help, range_text(field), field.key,
@@ -912,6 +1004,11 @@ std::string to_toml(const Config& config) {
     }
   }
   return out;
+}
+
+std::string canonical_key(std::string_view name) {
+  const RenamedKey* renamed = renamed_key(name);
+  return renamed == nullptr ? std::string(name) : std::string(renamed->new_name);
 }
 
 std::vector<std::string> config_keys() {

@@ -105,32 +105,47 @@ struct ScheduleSection {
   bool operator==(const ScheduleSection&) const = default;
 };
 
-// [parallel]: synchronous data parallelism (docs/PARALLEL.md). train.batch_size is the global
-// batch: each step's batch is split over all ranks (threads x processes).
+// [parallel]: what every strategy shares: which strategy, how many ranks, the collective algorithm,
+// deadlines and the trace. train.batch_size is the global batch: each step's batch is split over
+// all ranks (threads x processes).
 struct ParallelSection {
-  std::string strategy = "allreduce";  // a name of strategy_registry.h: allreduce | ps | hogwild |
-                                       // local_sgd
-  std::int64_t workers = 1;            // ranks as threads of each process
-  std::string allreduce = "ring";      // a comm allreduce algorithm
-  std::string fusion_bytes = "auto";  // gradient bucket bytes, 0 = one per tensor (fusion_policy.h)
-  std::string overlap = "auto";       // allreduce buckets while backward runs: auto|true|false
-  bool sync_batch_norm = false;       // batch-norm statistics over all ranks
+  // A name of strategy_registry.h: data_parallel | parameter_server | hogwild | local_sgd (the
+  // old names "allreduce" and "ps" are read as warning aliases).
+  std::string strategy = "data_parallel";
+  // Ranks started as threads of each process (x processes under mpirun). Under parameter_server
+  // these are the workers; the servers come on top (parameter_server.servers).
+  std::int64_t workers = 1;
+  std::string allreduce = "ring";       // a comm allreduce algorithm
   double stall_warning_seconds = 10.0;  // warn when a bucket waits this long
   double comm_timeout_seconds = 0.0;    // deadline of every wait; 0 = DTRAIN_COMM_TIMEOUT_MS or 60
   std::int64_t trace_steps = 50;        // steps recorded in trace.json; 0 = no trace
   std::string straggler;                // injected slowness (train/straggler.h); "" = none
   bool check_headers = true;            // per-bucket argument check across ranks
-  std::string zero_stage = "auto";      // ZeRO-1 (shard the optimizer): auto|0|1 (zero_policy.h)
-  std::string fused_update = "auto";    // ZeRO-1: sum in the update: auto|true|false
-                                        // (fused_update_policy.h)
-  // strategy = "ps": parameter servers (docs/PS.md).
+  bool operator==(const ParallelSection&) const = default;
+};
+
+// [data_parallel]: parallel.strategy = "data_parallel" (strategies/data_parallel/,
+// docs/PARALLEL.md).
+struct DataParallelSection {
+  std::string bucket_bytes = "auto";  // gradient bucket bytes, 0 = one per tensor (fusion_policy.h)
+  std::string overlap = "auto";       // allreduce buckets while backward runs: auto|true|false
+  std::string zero_stage = "auto";    // ZeRO-1 (shard the optimizer): auto|0|1 (zero_policy.h)
+  std::string sum_in_update = "auto";  // ZeRO-1: sum the shards inside the update: auto|true|false
+                                       // (fused_update_policy.h)
+  bool sync_batch_norm = false;        // batch-norm statistics over all ranks
+  bool operator==(const DataParallelSection&) const = default;
+};
+
+// [parameter_server]: parallel.strategy = "parameter_server" (strategies/parameter_server/,
+// docs/PS.md).
+struct ParameterServerSection {
   std::int64_t servers = 1;         // server ranks, besides the workers
   bool colocate_servers = false;    // servers on a second thread of workers 0 .. servers-1
   std::string consistency = "bsp";  // bsp | async | ssp
   std::int64_t staleness = 3;       // ssp: how many steps a worker may run ahead
   std::int64_t pull_every = 1;      // async: pull parameters every this many steps
   std::int64_t backup_workers = 0;  // bsp: a step uses the first workers - b gradients
-  bool operator==(const ParallelSection&) const = default;
+  bool operator==(const ParameterServerSection&) const = default;
 };
 
 // [local_sgd]: parallel.strategy = "local_sgd" (strategies/local_sgd/local_sgd.h): each rank
@@ -148,7 +163,16 @@ struct Config {
   OptimSection optim;
   ScheduleSection schedule;
   ParallelSection parallel;
+  DataParallelSection data_parallel;
+  ParameterServerSection parameter_server;
   LocalSgdSection local_sgd;
+  // Sentences about how the text was written rather than what the run does (an old key name that
+  // still works): printed with ignored_settings(). Two configs that train the same compare equal
+  // whatever their notes.
+  struct Notes {
+    std::vector<std::string> lines;
+    bool operator==(const Notes&) const { return true; }
+  } notes;
   bool operator==(const Config&) const = default;
 };
 
@@ -171,7 +195,8 @@ void apply_override(Config& config, std::string_view assignment, std::string_vie
 void validate(const Config& config);
 
 // Keys set away from their defaults that the chosen strategy does not read, e.g.
-// parallel.consistency = "ssp" with parallel.strategy = "allreduce": one sentence each, for a
+// parameter_server.consistency = "ssp" with parallel.strategy = "data_parallel", and the notes of
+// old key names (Config::notes): one sentence each, for a
 // warning at the start of a run (not an error: a sweep's `--modes allreduce,...` runs a
 // parameter-server config as allreduce on purpose).
 std::vector<std::string> ignored_settings(const Config& config);
@@ -180,7 +205,11 @@ std::vector<std::string> ignored_settings(const Config& config);
 // parse_config(to_toml(c)) == c.
 std::string to_toml(const Config& config);
 
-// "section.key" of every accepted key, in table order.
+// "section.key" of every accepted key, in table order (old names not included).
 std::vector<std::string> config_keys();
+
+// The key an assignment's "section.key" sets: the new name for an old one
+// ("data_parallel.bucket_bytes" -> "data_parallel.bucket_bytes"), else the name itself.
+std::string canonical_key(std::string_view name);
 
 }  // namespace dtrain::train

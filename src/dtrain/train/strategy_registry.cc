@@ -24,13 +24,13 @@ std::unique_ptr<Strategy> replicas(const StrategyContext& context) {
 std::vector<StrategyInfo> make_registry() {
   std::vector<StrategyInfo> registry;
   registry.push_back(StrategyInfo{
-      "allreduce",
+      "data_parallel",
       "synchronous data parallelism, gradients averaged by an allreduce every step (buckets, "
       "overlap, ZeRO-1)",
       "docs/PARALLEL.md", replicas<DataParallel>, nullptr, nullptr, nullptr,
       /*pin_ranks=*/true});
   registry.push_back(StrategyInfo{
-      "ps",
+      "parameter_server",
       "parameter servers: workers push gradients and pull parameters (bsp, async, ssp, backup "
       "workers)",
       "docs/PS.md", nullptr, ps_thread_ranks,
@@ -60,10 +60,15 @@ const std::vector<StrategyInfo>& strategy_registry() {
   return registry;
 }
 
-const StrategyInfo& find_strategy(std::string_view name) {
+const StrategyInfo* find_strategy_or_null(std::string_view name) {
   for (const StrategyInfo& info : strategy_registry()) {
-    if (info.name == name) return info;
+    if (info.name == name) return &info;
   }
+  return nullptr;
+}
+
+const StrategyInfo& find_strategy(std::string_view name) {
+  if (const StrategyInfo* info = find_strategy_or_null(name)) return *info;
   throw ConfigError(fmt::format("parallel.strategy = \"{}\" is not a strategy; accepted: {}", name,
                                 strategy_names()));
 }

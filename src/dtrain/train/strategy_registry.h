@@ -1,6 +1,7 @@
 // The strategies dtrain trains with, by name (parallel.strategy): one table, which the config's
 // accepted values, `dtrain train --help`, the launcher and the Trainer all read. Adding a strategy
-// is one folder under strategies/, one entry here, its config section and its tests
+// is one folder under strategies/, one entry here, its config section (named like the strategy)
+// and its tests
 // (docs/ARCHITECTURE.md, "Adding a strategy").
 #pragma once
 
@@ -50,8 +51,10 @@ const std::vector<StrategyInfo>& strategy_registry();
 
 // The entry named `name`; ConfigError naming the accepted names otherwise.
 const StrategyInfo& find_strategy(std::string_view name);
+// The entry named `name`, or null.
+const StrategyInfo* find_strategy_or_null(std::string_view name);
 
-// "allreduce, ps, hogwild, local_sgd": for messages.
+// "data_parallel, parameter_server, hogwild, local_sgd": for messages.
 std::string strategy_names();
 
 }  // namespace dtrain::train

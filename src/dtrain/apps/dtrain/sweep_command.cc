@@ -39,22 +39,22 @@ are their cross product, one after another, each in its own run folder under --o
 training seconds per epoch, samples/s, speedup and scaling efficiency over the one-worker run at the
 same point, time to each accuracy target (training seconds), bytes sent per rank and step, and the
 final test accuracy, and the median and 99th-percentile step time; --out also receives sweep.csv and
-sweep.json. So that rows compare like for like, parallel.zero_stage = "auto" runs as 0 (optimizer
-replicated) in a sweep; --grid parallel.zero_stage=0,1 compares the two.
+sweep.json. So that rows compare like for like, data_parallel.zero_stage = "auto" runs as 0
+(optimizer replicated) in a sweep; --grid data_parallel.zero_stage=0,1 compares the two.
 
 --modes compares ways of training under the same conditions (for example --straggler):
-allreduce, sync (parameter servers, bsp), backup=B (bsp using the first workers - B gradients),
+data_parallel (or allreduce), sync (parameter servers, bsp), backup=B (bsp using the first workers - B gradients),
 async (Downpour; async/K pulls every K steps), ssp=S (staleness bound S; docs/PS.md) and
 local_sgd=H (average the replicas every H steps; docs/LOCAL_SGD.md).)";
 
 constexpr const char* kSweepFooter = R"(
 Examples:
   dtrain sweep --config examples/fashion_mlp.toml --workers 1,2 --allreduce ring,tree,parameter-server
-  dtrain sweep --config examples/fashion_mlp.toml --workers 2 --grid parallel.fusion_bytes=0,1048576 \
-      --grid parallel.overlap=true,false --epochs 1
+  dtrain sweep --config examples/fashion_mlp.toml --workers 2 \
+      --grid data_parallel.bucket_bytes=0,1048576 --grid data_parallel.overlap=true,false --epochs 1
   dtrain sweep --config examples/fashion_mlp_ps.toml --workers 3 --straggler rank=2,slowdown=3 \
-      --modes allreduce,sync,backup=1,async,ssp=3
-  dtrain sweep --config examples/fashion_mlp.toml --workers 2 --modes allreduce,local_sgd=4,local_sgd=16)";
+      --modes data_parallel,sync,backup=1,async,ssp=3
+  dtrain sweep --config examples/fashion_mlp.toml --workers 2 --modes data_parallel,local_sgd=4,local_sgd=16)";
 
 int run_sweep_command(const SweepFlags& flags) {
   std::vector<std::string> overrides = flags.sets;
@@ -147,7 +147,7 @@ Command add_sweep_command(CLI::App& app) {
   sub->add_option("--allreduce", flags->allreduce, "axis: allreduce algorithms, e.g. ring,tree")
       ->type_name("ALG,ALG,...");
   sub->add_option("--modes", flags->modes,
-                  "axis: ways of training, e.g. allreduce,sync,backup=1,async,ssp=3");
+                  "axis: ways of training, e.g. data_parallel,sync,backup=1,async,ssp=3");
   sub->add_option("--straggler", flags->straggler,
                   "for every run: rank=R,slowdown=S, rank=R,delay_ms=D or "
                   "random=exp|pareto,mean_ms=M")

@@ -29,11 +29,11 @@ struct TrainFlags {
   std::int64_t workers = 0;
   std::string strategy;
   std::string allreduce;
-  std::string fusion_bytes;
+  std::string bucket_bytes;
   std::string overlap;
   bool no_overlap = false;
   std::string zero_stage;
-  std::string fused_update;
+  std::string sum_in_update;
   bool sync_bn = false;
   std::string straggler;
   std::int64_t servers = 0;
@@ -59,26 +59,28 @@ Examples:
   dtrain train --resume runs/lr005 --epochs 4        # continue a run to 4 epochs
   dtrain train --config examples/fashion_mlp.toml --workers 2 --allreduce ring
                                                      # data parallel: 2 ranks as threads
-  dtrain train --config examples/fashion_mlp.toml --workers 2 --no-overlap --fusion-bytes 0
+  dtrain train --config examples/fashion_mlp.toml --workers 2 --no-overlap --bucket-bytes 0
   dtrain train --config examples/fashion_mlp.toml --workers 2 --zero-stage 1
                                                      # ZeRO-1: each rank updates half the model
   dtrain train --config examples/hogwild_sparse.toml --strategy hogwild --workers 2
                                                      # Hogwild!: 2 threads, no locks
-  dtrain train --config examples/fashion_mlp.toml --strategy ps --consistency async \
+  dtrain train --config examples/fashion_mlp.toml --strategy parameter_server --consistency async \
                --servers 2 --workers 6               # Downpour: 6 workers, 2 parameter servers
-  dtrain train --config examples/fashion_mlp.toml --strategy ps --workers 4 --backup-workers 1 \
-               --straggler rank=2,slowdown=5         # sync SGD using the first 3 of 4 gradients
+  dtrain train --config examples/fashion_mlp.toml --strategy parameter_server --workers 4 \
+               --backup-workers 1 --straggler rank=2,slowdown=5
+                                                     # sync SGD using the first 3 of 4 gradients
   dtrain train --config examples/fashion_mlp.toml --strategy local_sgd --period 4 --workers 2
                                                      # local SGD: average every 4 steps
 
-Data parallelism: train.batch_size is the global batch, split over the ranks; gradients are
-averaged with the chosen allreduce in buckets of --fusion-bytes, overlapped with backward when
+Each strategy reads its own config section ([data_parallel], [parameter_server], [local_sgd]);
+`dtrain config` lists them. Data parallelism: train.batch_size is the global batch, split over the ranks; gradients are
+averaged with the chosen allreduce in buckets of --bucket-bytes, overlapped with backward when
 every rank's compute threads and communication thread have CPUs of their own (--overlap).
 train.threads is the compute threads of each rank. See docs/PARALLEL.md.
 
-Parameter servers (--strategy ps, docs/PS.md): --servers ranks hold the parameters, key ranges
-balanced by size, and apply the optimizer; --workers ranks compute gradients. --consistency bsp
-is synchronous (the same update as allreduce), async applies each gradient as it arrives (workers
+Parameter servers (--strategy parameter_server, docs/PS.md): --servers ranks hold the parameters,
+key ranges balanced by size, and apply the optimizer; --workers ranks compute gradients.
+--consistency bsp is synchronous (the same update as data_parallel), async applies each gradient as it arrives (workers
 pull every --pull-every steps), ssp lets a worker run at most --staleness steps ahead of the
 slowest. Under mpirun the job's last --servers ranks serve; --colocate-servers puts the servers on
 the first workers instead (a rank is then both).
@@ -107,38 +109,39 @@ int run_train(const TrainFlags& flags) {
   if (!flags.allreduce.empty()) {
     overrides.push_back(fmt::format("parallel.allreduce=\"{}\"", flags.allreduce));
   }
-  if (!flags.fusion_bytes.empty()) {
+  if (!flags.bucket_bytes.empty()) {
     // "auto" as a TOML string; a count as a TOML integer (Config checks it).
-    overrides.push_back(flags.fusion_bytes == "auto"
-                            ? std::string("parallel.fusion_bytes=\"auto\"")
-                            : "parallel.fusion_bytes=" + flags.fusion_bytes);
+    overrides.push_back(flags.bucket_bytes == "auto"
+                            ? std::string("data_parallel.bucket_bytes=\"auto\"")
+                            : "data_parallel.bucket_bytes=" + flags.bucket_bytes);
   }
-  if (!flags.overlap.empty()) overrides.push_back("parallel.overlap=" + flags.overlap);
-  if (flags.no_overlap) overrides.push_back("parallel.overlap=false");
+  if (!flags.overlap.empty()) overrides.push_back("data_parallel.overlap=" + flags.overlap);
+  if (flags.no_overlap) overrides.push_back("data_parallel.overlap=false");
   if (!flags.zero_stage.empty()) {
-    overrides.push_back(fmt::format("parallel.zero_stage=\"{}\"", flags.zero_stage));
+    overrides.push_back(fmt::format("data_parallel.zero_stage=\"{}\"", flags.zero_stage));
   }
-  if (!flags.fused_update.empty()) {
-    overrides.push_back(fmt::format("parallel.fused_update=\"{}\"", flags.fused_update));
+  if (!flags.sum_in_update.empty()) {
+    overrides.push_back(fmt::format("data_parallel.sum_in_update=\"{}\"", flags.sum_in_update));
   }
-  if (flags.sync_bn) overrides.push_back("parallel.sync_batch_norm=true");
+  if (flags.sync_bn) overrides.push_back("data_parallel.sync_batch_norm=true");
   if (flags.period > 0) overrides.push_back(fmt::format("local_sgd.period={}", flags.period));
   if (!flags.straggler.empty()) {
     overrides.push_back(fmt::format("parallel.straggler=\"{}\"", flags.straggler));
   }
-  if (flags.servers > 0) overrides.push_back(fmt::format("parallel.servers={}", flags.servers));
-  if (flags.colocate_servers) overrides.push_back("parallel.colocate_servers=true");
+  if (flags.servers > 0)
+    overrides.push_back(fmt::format("parameter_server.servers={}", flags.servers));
+  if (flags.colocate_servers) overrides.push_back("parameter_server.colocate_servers=true");
   if (!flags.consistency.empty()) {
-    overrides.push_back(fmt::format("parallel.consistency=\"{}\"", flags.consistency));
+    overrides.push_back(fmt::format("parameter_server.consistency=\"{}\"", flags.consistency));
   }
   if (flags.staleness >= 0) {
-    overrides.push_back(fmt::format("parallel.staleness={}", flags.staleness));
+    overrides.push_back(fmt::format("parameter_server.staleness={}", flags.staleness));
   }
   if (flags.pull_every > 0) {
-    overrides.push_back(fmt::format("parallel.pull_every={}", flags.pull_every));
+    overrides.push_back(fmt::format("parameter_server.pull_every={}", flags.pull_every));
   }
   if (flags.backup_workers >= 0) {
-    overrides.push_back(fmt::format("parallel.backup_workers={}", flags.backup_workers));
+    overrides.push_back(fmt::format("parameter_server.backup_workers={}", flags.backup_workers));
   }
 
   // A shortcut flag (--epochs) and a --set of the same key (train.epochs) would leave one of them
@@ -151,7 +154,7 @@ int run_train(const TrainFlags& flags) {
   };
   for (std::size_t i = flags.sets.size(); i < overrides.size(); ++i) {
     for (const std::string& set : flags.sets) {
-      if (key_of(set) == key_of(overrides[i])) {
+      if (train::canonical_key(key_of(set)) == key_of(overrides[i])) {
         throw ConfigError(
             fmt::format("--set {} and a shortcut flag giving {} both set {}; give one of them", set,
                         overrides[i], key_of(set)));
@@ -216,16 +219,18 @@ Command add_train_command(CLI::App& app) {
       ->check(at_least(1));
   std::string strategies = "how the workers share the model (parallel.strategy):";
   for (const train::StrategyInfo& info : train::strategy_registry()) {
-    strategies += fmt::format("\n  {:<10} {} ({})", info.name, info.summary, info.docs);
+    strategies += fmt::format("\n  {:<16} {} ({})", info.name, info.summary, info.docs);
   }
+  strategies += "\n  (the old names allreduce and ps still work, with a warning)";
   sub->add_option("--strategy", flags->strategy, strategies)->type_name("NAME");
   sub->add_option(
       "--allreduce", flags->allreduce,
       "gradient allreduce algorithm (ring, tree, halving-doubling, ...; `dtrain config` "
       "lists them)");
-  sub->add_option("--fusion-bytes", flags->fusion_bytes,
-                  "gradient bucket size in bytes; 0 = one allreduce per tensor; auto (default): "
-                  "1 MiB buckets when overlapping, else one bucket")
+  sub->add_option("--bucket-bytes,--fusion-bytes", flags->bucket_bytes,
+                  "data_parallel: gradient bucket size in bytes (data_parallel.bucket_bytes); 0 = "
+                  "one allreduce per tensor; auto (default): 1 MiB buckets when overlapping, else "
+                  "one bucket")
       ->check(CLI::Validator(
           [](const std::string& text) {
             const bool count = !text.empty() && text.size() <= 18 &&
@@ -237,7 +242,8 @@ Command add_train_command(CLI::App& app) {
           "auto|BYTES"));
   auto* overlap =
       sub->add_option("--overlap", flags->overlap,
-                      "allreduce gradient buckets during backward: auto (default: only when each "
+                      "data_parallel: allreduce gradient buckets during backward: auto (default: "
+                      "only when each "
                       "rank's compute threads and communication thread fit on the CPUs), true, "
                       "false")
           ->check(CLI::IsMember({"auto", "true", "false"}));
@@ -245,39 +251,44 @@ Command add_train_command(CLI::App& app) {
                 "the same as --overlap false: allreduce the gradients after backward")
       ->excludes(overlap);
   sub->add_option("--zero-stage", flags->zero_stage,
-                  "1: shard the optimizer over the ranks (ZeRO-1: reduce-scatter the gradients, "
+                  "data_parallel: 1 shards the optimizer over the ranks (ZeRO-1: reduce-scatter "
+                  "the gradients, "
                   "each rank updates 1/P of the parameters and keeps 1/P of the optimizer state, "
                   "allgather the parameters); 0: every rank updates everything (as DDP); auto "
                   "(default): 1 with more than one rank, --allreduce ring and sgd/adam/adamw")
       ->check(CLI::IsMember({"auto", "0", "1"}));
-  sub->add_option("--fused-update", flags->fused_update,
-                  "with the optimizer sharded and ranks as threads: true sums each shard's "
-                  "gradients over the ranks inside the update (read in place, no reduce-scatter); "
-                  "false reduce-scatters first; auto (default): true where it applies (sgd, adam "
-                  "or adamw, no overlap)")
+  sub->add_option(
+         "--sum-in-update,--fused-update", flags->sum_in_update,
+         "data_parallel, with the optimizer sharded and ranks as threads: true sums each shard's "
+         "gradients over the ranks inside the update (read in place, no reduce-scatter); "
+         "false reduce-scatters first; auto (default): true where it applies (sgd, adam "
+         "or adamw, no overlap)")
       ->check(CLI::IsMember({"auto", "true", "false"}));
-  sub->add_flag("--sync-bn", flags->sync_bn, "batch-norm statistics over all ranks");
+  sub->add_flag("--sync-bn", flags->sync_bn, "data_parallel: batch-norm statistics over all ranks");
   sub->add_option("--straggler", flags->straggler,
                   "inject slowness for experiments: rank=R,slowdown=S, rank=R,delay_ms=D or "
                   "random=exp|pareto,mean_ms=M[,alpha=A]")
       ->type_name("SPEC");
   sub->add_option("--servers", flags->servers,
-                  "--strategy ps: parameter-server ranks (parallel.servers)")
+                  "--strategy parameter_server: server ranks (parameter_server.servers)")
       ->check(at_least(1));
   sub->add_flag("--colocate-servers", flags->colocate_servers,
-                "--strategy ps: run the servers on workers 0 .. S-1 (a second thread each) instead "
+                "--strategy parameter_server: run the servers on workers 0 .. S-1 (a second thread "
+                "each) instead "
                 "of on ranks of their own");
   sub->add_option("--consistency", flags->consistency,
-                  "--strategy ps: bsp (synchronous), async (Downpour) or ssp (bounded staleness)");
+                  "--strategy parameter_server: bsp (synchronous), async (Downpour) or ssp "
+                  "(bounded staleness)");
   sub->add_option("--staleness", flags->staleness,
                   "--consistency ssp: steps a worker may run ahead of the slowest")
       ->check(at_least(0));
   sub->add_option("--pull-every", flags->pull_every,
                   "--consistency async: pull the parameters every N steps")
       ->check(at_least(1));
-  sub->add_option("--backup-workers", flags->backup_workers,
-                  "--strategy ps --consistency bsp: each step uses the first workers - N "
-                  "gradients and drops the late ones")
+  sub->add_option(
+         "--backup-workers", flags->backup_workers,
+         "--strategy parameter_server --consistency bsp: each step uses the first workers - N "
+         "gradients and drops the late ones")
       ->check(at_least(0));
   sub->add_option("--period", flags->period,
                   "--strategy local_sgd: local steps between parameter averages (local_sgd.period)")

@@ -20,18 +20,18 @@ DataParallel::DataParallel(const StrategyContext& context)
   parallel::broadcast_parameters(comm_, model.store());
   parallel::DataParallelOptions dp;
   dp.algorithm = config.parallel.allreduce;
-  overlap_ = decide_overlap(config.parallel.overlap,
+  overlap_ = decide_overlap(config.data_parallel.overlap,
                             overlap_inputs(static_cast<int>(config.parallel.workers),
                                            static_cast<int>(config.train.threads)));
   dp.overlap = overlap_.overlap;
-  fusion_ = decide_fusion_bytes(config.parallel.fusion_bytes, overlap_.overlap,
+  fusion_ = decide_fusion_bytes(config.data_parallel.bucket_bytes, overlap_.overlap,
                                 model.store().num_params() * 4);
   dp.fusion_bytes = fusion_.bytes;
   dp.check_headers = config.parallel.check_headers;
-  zero_ = decide_zero_stage(config.parallel.zero_stage, comm_.size(), config.optim.name,
+  zero_ = decide_zero_stage(config.data_parallel.zero_stage, comm_.size(), config.optim.name,
                             config.parallel.allreduce);
   fused_ = decide_fused_update(
-      config.parallel.fused_update,
+      config.data_parallel.sum_in_update,
       FusedUpdateInputs{zero_.shard, overlap_.overlap, comm_.shares_memory(), config.optim.name});
   // The bucket's exchange (parallel/gradient_reducer.h), chosen once from the decisions above.
   dp.reducer = fused_.fused  ? parallel::fused_zero1_reducer()
@@ -40,7 +40,7 @@ DataParallel::DataParallel(const StrategyContext& context)
   dp.stall_warning = std::chrono::milliseconds(
       static_cast<std::int64_t>(config.parallel.stall_warning_seconds * 1000.0));
   sync_ = std::make_unique<parallel::GradientSynchronizer>(comm_, model, dp);
-  if (config.parallel.sync_batch_norm) bn_reducer_ = parallel::sync_batch_norm(model, comm_);
+  if (config.data_parallel.sync_batch_norm) bn_reducer_ = parallel::sync_batch_norm(model, comm_);
 }
 
 std::vector<optim::Segment> DataParallel::optimizer_segments() const {
@@ -146,12 +146,13 @@ std::vector<std::string> DataParallel::describe() const {
                 : "allreduce " + p.allreduce + ", optimizer " + zero_.reason,
       sync_->buckets().size(), fusion_.reason, overlap_.reason,
       context_.model.store().num_buffer_elements() == 0 ? "none in the model"
-      : p.sync_batch_norm                               ? "synchronized"
+      : context_.config.data_parallel.sync_batch_norm   ? "synchronized"
                                                         : "per rank")};
 }
 
 nlohmann::json DataParallel::summary(const RunTotalsView& totals) {
   const auto& par = context_.config.parallel;
+  const auto& dp = context_.config.data_parallel;
   nlohmann::json ranks = totals.per_rank_rows();
   double compute = 0.0, comm_seconds = 0.0, waiting = 0.0, sent = 0.0, received = 0.0;
   for (const auto& row : ranks) {
@@ -168,16 +169,16 @@ nlohmann::json DataParallel::summary(const RunTotalsView& totals) {
           {"processes", context_.world / par.workers},
           {"transport", std::string(comm_.transport().name())},
           {"allreduce", par.allreduce},
-          {"fusion_bytes", fusion_.bytes},
-          {"fusion_bytes_setting", par.fusion_bytes},
+          {"bucket_bytes", fusion_.bytes},
+          {"bucket_bytes_setting", dp.bucket_bytes},
           {"buckets", sync_->buckets().size()},
           {"overlap", overlap_.overlap},
-          {"overlap_setting", par.overlap},
+          {"overlap_setting", dp.overlap},
           {"zero_stage", sharded() ? 1 : 0},
-          {"zero_stage_setting", par.zero_stage},
-          {"fused_update", fused()},
-          {"fused_update_setting", par.fused_update},
-          {"sync_batch_norm", par.sync_batch_norm},
+          {"zero_stage_setting", dp.zero_stage},
+          {"sum_in_update", fused()},
+          {"sum_in_update_setting", dp.sum_in_update},
+          {"sync_batch_norm", dp.sync_batch_norm},
           {"mean_compute_seconds", compute / p},
           {"mean_comm_seconds", comm_seconds / p},
           {"mean_wait_seconds", waiting / p},

@@ -1,5 +1,5 @@
-// Synchronous data parallelism (parallel.strategy = "allreduce"; docs/PARALLEL.md), as Horovod and
-// PyTorch DDP do it: every rank holds a replica, takes its share of each global batch through
+// Synchronous data parallelism (parallel.strategy = "data_parallel"; docs/PARALLEL.md), as Horovod
+// and PyTorch DDP do it: every rank holds a replica, takes its share of each global batch through
 // forward and backward, and the ranks' gradients are summed bucket by bucket
 // (parallel::GradientSynchronizer: tensor fusion, overlap with backward) before one identical
 // update on every rank. What a bucket's exchange is, is a reducer (parallel/gradient_reducer.h),
@@ -29,7 +29,7 @@ class DataParallel final : public Strategy {
  public:
   // Collective over context.comm (which must be set): broadcasts rank 0's parameters.
   explicit DataParallel(const StrategyContext& context);
-  std::string name() const override { return "allreduce"; }
+  std::string name() const override { return "data_parallel"; }
   std::vector<optim::Segment> optimizer_segments() const override;
   StepResult step(const StepInput& input, optim::Optimizer& optimizer) override;
   std::vector<optim::StateTensor> checkpoint_state(const optim::Optimizer& optimizer) override;
@@ -43,10 +43,10 @@ class DataParallel final : public Strategy {
   bool fused() const { return !sync_->reducer().per_bucket(); }
 
   comm::Communicator& comm_;
-  OverlapDecision overlap_;    // parallel.overlap resolved for this host
-  ZeroDecision zero_;          // parallel.zero_stage resolved for this run
-  FusedUpdateDecision fused_;  // parallel.fused_update resolved
-  FusionDecision fusion_;      // parallel.fusion_bytes resolved
+  OverlapDecision overlap_;    // data_parallel.overlap resolved for this host
+  ZeroDecision zero_;          // data_parallel.zero_stage resolved for this run
+  FusedUpdateDecision fused_;  // data_parallel.sum_in_update resolved
+  FusionDecision fusion_;      // data_parallel.bucket_bytes resolved
   std::unique_ptr<parallel::GradientSynchronizer> sync_;
   std::unique_ptr<parallel::SyncBatchNormReducer> bn_reducer_;
 };

@@ -9,12 +9,12 @@ namespace dtrain::train {
 
 FusedUpdateDecision decide_fused_update(const std::string& setting,
                                         const FusedUpdateInputs& inputs) {
-  if (setting == "false") return {false, "reduce-scatter (parallel.fused_update = false)"};
+  if (setting == "false") return {false, "reduce-scatter (data_parallel.sum_in_update = false)"};
   std::string missing;
   if (!inputs.sharded) {
-    missing = "the optimizer is not sharded (parallel.zero_stage)";
+    missing = "the optimizer is not sharded (data_parallel.zero_stage)";
   } else if (inputs.overlap) {
-    missing = "buckets overlap backward (parallel.overlap)";
+    missing = "buckets overlap backward (data_parallel.overlap)";
   } else if (!inputs.shares_memory) {
     missing = "the ranks are processes, which do not share memory";
   } else if (!optim::updates_in_parts(inputs.optimizer)) {
@@ -23,13 +23,14 @@ FusedUpdateDecision decide_fused_update(const std::string& setting,
   }
   if (missing.empty()) {
     return {true, fmt::format("fused ({}: ranks share memory, {})",
-                              setting == "true" ? "parallel.fused_update = true" : "auto",
+                              setting == "true" ? "data_parallel.sum_in_update = true" : "auto",
                               inputs.optimizer)};
   }
   if (setting == "true") {
-    throw ConfigError(fmt::format(
-        "config key 'parallel.fused_update' = true cannot apply: {}; set it to \"auto\" or false",
-        missing));
+    throw ConfigError(
+        fmt::format("config key 'data_parallel.sum_in_update' = true cannot apply: {}; set it to "
+                    "\"auto\" or false",
+                    missing));
   }
   return {false, fmt::format("reduce-scatter (auto: {})", missing)};
 }

@@ -9,11 +9,11 @@
 // are posted. It measured faster than reduce-scatter + update per step (docs/PERFORMANCE.md,
 // "Gradient sums inside the update"), with the same numbers bit for bit for any number of ranks.
 //
-// parallel.fused_update = "auto" (the default) fuses where it applies: the optimizer is sharded
-// (ZeRO-1), buckets do not overlap backward (overlap reduces during backward instead), every rank
-// shares this process's memory (inproc: ranks as threads, not processes), and the optimizer
-// updates in parts (SGD, Adam, AdamW; not LARS, optim/optimizer.h). "true" requires all four
-// (ConfigError naming the one missing); "false" keeps the reduce-scatter.
+// data_parallel.sum_in_update = "auto" (the default) fuses where it applies: the optimizer is
+// sharded (ZeRO-1), buckets do not overlap backward (overlap reduces during backward instead),
+// every rank shares this process's memory (inproc: ranks as threads, not processes), and the
+// optimizer updates in parts (SGD, Adam, AdamW; not LARS, optim/optimizer.h). "true" requires all
+// four (ConfigError naming the one missing); "false" keeps the reduce-scatter.
 #pragma once
 
 #include <string>

@@ -11,8 +11,8 @@ FusionDecision decide_fusion_bytes(const std::string& setting, bool overlap,
   if (setting != "auto") {
     const std::int64_t bytes = std::stoll(setting);
     return {bytes, bytes == 0
-                       ? "one bucket per tensor (parallel.fusion_bytes = 0)"
-                       : fmt::format("buckets of <= {} bytes (parallel.fusion_bytes)", bytes)};
+                       ? "one bucket per tensor (data_parallel.bucket_bytes = 0)"
+                       : fmt::format("buckets of <= {} bytes (data_parallel.bucket_bytes)", bytes)};
   }
   if (overlap) {
     return {kOverlapBucketBytes,

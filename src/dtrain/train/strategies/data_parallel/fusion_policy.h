@@ -1,4 +1,4 @@
-// The gradient bucket size of allreduce training (tensor fusion): parallel.fusion_bytes.
+// The gradient bucket size of allreduce training (tensor fusion): data_parallel.bucket_bytes.
 //
 // Buckets exist so that a bucket's collective can start while backward still computes the
 // gradients of earlier layers (overlap). Without overlap they only cut one collective into several

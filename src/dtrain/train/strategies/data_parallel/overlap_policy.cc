@@ -27,7 +27,7 @@ OverlapDecision decide_overlap(const std::string& setting, const OverlapInputs& 
                in.host_cpus);
   if (setting == "true") return {true, "on"};
   if (setting == "false") return {false, "off"};
-  DTRAIN_CHECK(setting == "auto", "parallel.overlap '{}'", setting);
+  DTRAIN_CHECK(setting == "auto", "data_parallel.overlap '{}'", setting);
   const long per_rank = in.threads_per_rank + 1L;
   const std::string threads =
       fmt::format("({} compute + 1 communication thread)", in.threads_per_rank);

@@ -6,7 +6,7 @@
 // core: on a 2-CPU machine with 2 workers overlap measured slower than none (docs/PERFORMANCE.md),
 // so "auto" turns it off there.
 //
-// parallel.overlap = "auto" (the default) overlaps when every rank's compute threads plus its
+// data_parallel.overlap = "auto" (the default) overlaps when every rank's compute threads plus its
 // communication thread fit both on this process's CPUs (its affinity mask: mpirun binds each
 // process to a core by default) and on the host's online CPUs:
 //     ranks_in_process  x (threads_per_rank + 1) <= process_cpus   and

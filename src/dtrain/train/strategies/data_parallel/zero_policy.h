@@ -8,7 +8,8 @@
 //   more than one rank, an element-wise optimizer (LARS needs whole-tensor norms, which a shard may
 //   cut) and parallel.allreduce = "ring" (the sharded collectives are ring ones: with another
 //   algorithm chosen, the user is comparing that algorithm, so its allreduce is kept).
-// parallel.zero_stage = "0" and "1" force the choice (Config rejects "1" where it cannot apply).
+// data_parallel.zero_stage = "0" and "1" force the choice (Config rejects "1" where it cannot
+// apply).
 #pragma once
 
 #include <string>

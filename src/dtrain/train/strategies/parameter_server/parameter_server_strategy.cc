@@ -36,7 +36,7 @@ StepResult ParameterServerWorker::step(const StepInput& input, optim::Optimizer&
   const LocalGradients::Result local =
       context_.local.compute(input.x, input.labels, input.step, input.global_count);
   nn::ParamStore& store = context_.model.store();
-  const auto& p = context_.config.parallel;
+  const auto& p = context_.config.parameter_server;
   const bool pull = p.consistency != "async" || (input.step + 1) % p.pull_every == 0;
   const auto start = Clock::now();
   const ps::PushResult pushed = client_.push(
@@ -65,7 +65,7 @@ void ParameterServerWorker::before_evaluation() {
 }
 
 std::vector<std::string> ParameterServerWorker::describe() const {
-  const auto& p = context_.config.parallel;
+  const auto& p = context_.config.parameter_server;
   return {fmt::format(
       "parameter servers: {} workers, {} servers, consistency {}{}{}{}", context_.world,
       client_.layout().servers(), p.consistency,

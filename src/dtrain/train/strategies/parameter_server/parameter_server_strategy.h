@@ -1,7 +1,7 @@
-// A parameter-server worker (parallel.strategy = "ps"; docs/PS.md): forward and backward of its
-// share, then the gradients pushed to the servers, which apply the optimizer, and the parameters
-// pulled back (every step, or every parallel.pull_every steps with async). Which rank serves and
-// which works is ps_run.h's; this is the worker's side.
+// A parameter-server worker (parallel.strategy = "parameter_server"; docs/PS.md): forward and
+// backward of its share, then the gradients pushed to the servers, which apply the optimizer, and
+// the parameters pulled back (every step, or every parameter_server.pull_every steps with async).
+// Which rank serves and which works is ps_run.h's; this is the worker's side.
 //
 // consistency bsp: shares of a global batch, as data parallelism (and the same update).
 // async / ssp: batches are tickets (ticket_plan.h); the workers never wait for each other, so
@@ -23,7 +23,7 @@ class ParameterServerWorker final : public Strategy {
   // Worker 0 puts its initial parameters on the servers, then every worker pulls them (collective
   // over context.comm, the workers' communicator). `client` must outlive the strategy.
   ParameterServerWorker(const StrategyContext& context, ps::Client& client);
-  std::string name() const override { return "ps"; }
+  std::string name() const override { return "parameter_server"; }
   std::unique_ptr<data::SharePlan> share_plan(std::int64_t train_samples) const override;
   bool collective() const override { return !ticketed(); }
   StepResult step(const StepInput& input, optim::Optimizer& optimizer) override;
@@ -34,7 +34,7 @@ class ParameterServerWorker final : public Strategy {
   nlohmann::json summary(const RunTotalsView& totals) override;
 
  private:
-  bool ticketed() const { return context_.config.parallel.consistency != "bsp"; }
+  bool ticketed() const { return context_.config.parameter_server.consistency != "bsp"; }
 
   ps::Client& client_;
   std::int64_t dropped_steps_ = 0;  // bsp with backup workers: this worker's late gradients

@@ -28,20 +28,22 @@ nlohmann::json histogram_json(const std::vector<std::int64_t>& bins) {
 }  // namespace
 
 int ps_thread_ranks(const Config& config) {
-  const auto& p = config.parallel;
-  return static_cast<int>(p.colocate_servers ? p.workers : p.workers + p.servers);
+  const auto& p = config.parameter_server;
+  const std::int64_t workers = config.parallel.workers;
+  return static_cast<int>(p.colocate_servers ? workers : workers + p.servers);
 }
 
 std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& config,
                                       const TrainerOptions& options,
                                       const std::shared_ptr<const RunData>& data,
                                       const std::function<void(Trainer&)>& after_run) {
-  const auto servers = static_cast<int>(config.parallel.servers);
-  const bool colocate = config.parallel.colocate_servers;
+  const auto servers = static_cast<int>(config.parameter_server.servers);
+  const bool colocate = config.parameter_server.colocate_servers;
   const int workers = colocate ? comm.size() : comm.size() - servers;
   if (workers < 1 || (colocate && servers > workers)) {
     throw ConfigError(fmt::format(
-        "parallel.servers = {} {} the job's {} ranks; start more ranks (mpirun -np) or use fewer "
+        "parameter_server.servers = {} {} the job's {} ranks; start more ranks (mpirun -np) or use "
+        "fewer "
         "servers",
         servers, colocate ? "cannot each live on a worker among" : "leaves no workers among",
         comm.size()));
@@ -69,14 +71,14 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
   for (int r = 0; r < workers; ++r) worker_ranks.push_back(r);
   for (int s = 0; s < servers; ++s) server_ranks.push_back(colocate ? s : workers + s);
   const auto timeout = comm.options().timeout;
-  const bool ticketed = config.parallel.consistency != "bsp";
+  const bool ticketed = config.parameter_server.consistency != "bsp";
 
   auto serve = [&, server_index] {
     const int index = server_index;
     ps::ServerOptions server;
-    server.consistency = ps::parse_consistency(config.parallel.consistency);
-    server.staleness = config.parallel.staleness;
-    server.backup_workers = config.parallel.backup_workers;
+    server.consistency = ps::parse_consistency(config.parameter_server.consistency);
+    server.staleness = config.parameter_server.staleness;
+    server.backup_workers = config.parameter_server.backup_workers;
     if (index == 0 && ticketed) {
       server.tickets =
           config.train.epochs * ps_tickets_per_epoch(config, workers, data->train.size());
@@ -134,8 +136,8 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
 nlohmann::json ps_summary(const Config& config, int workers,
                           const std::vector<ps::ServerStats>& servers,
                           std::int64_t worker0_dropped) {
-  const auto& p = config.parallel;
-  nlohmann::json out = {{"strategy", "ps"},
+  const auto& p = config.parameter_server;
+  nlohmann::json out = {{"strategy", "parameter_server"},
                         {"consistency", p.consistency},
                         {"workers", workers},
                         {"servers", p.servers}};

@@ -1,15 +1,15 @@
-// Parameter-server training (parallel.strategy = "ps", docs/PS.md): which rank does what, and the
-// "parallel" section of its summary.json.
+// Parameter-server training (parallel.strategy = "parameter_server", docs/PS.md): which rank does
+// what, and the "parallel" section of its summary.json.
 //
-// Roles on one communicator of R ranks: ranks 0 .. W-1 are workers (W = R - parallel.servers),
-// ranks W .. R-1 are servers, server s holding key range s of ps::ShardLayout(parameters, S).
-// With ranks as threads (no mpirun) the launcher starts parallel.workers + parallel.servers of
-// them; under mpirun the job's ranks (processes x parallel.workers threads) are split this way.
-// With parallel.colocate_servers every rank is a worker (W = R) and workers 0 .. S-1 also run
-// server s = rank on a second thread (a rank is both; its worker reaches that server through the
-// transport like any other).
-// Worker traffic to servers runs on a communicator of its own; the workers also share one without
-// the servers, for the start-up checks and (bsp) evaluation.
+// Roles on one communicator of R ranks: ranks 0 .. W-1 are workers (W = R -
+// parameter_server.servers), ranks W .. R-1 are servers, server s holding key range s of
+// ps::ShardLayout(parameters, S). With ranks as threads (no mpirun) the launcher starts
+// parallel.workers + parameter_server.servers of them; under mpirun the job's ranks (processes x
+// parallel.workers threads) are split this way. With parameter_server.colocate_servers every rank
+// is a worker (W = R) and workers 0 .. S-1 also run server s = rank on a second thread (a rank is
+// both; its worker reaches that server through the transport like any other). Worker traffic to
+// servers runs on a communicator of its own; the workers also share one without the servers, for
+// the start-up checks and (bsp) evaluation.
 #pragma once
 
 #include <functional>

@@ -206,6 +206,27 @@ TEST(LinearTest, WrongInputShapeNamesTheLayerAndBothShapes) {
   EXPECT_EQ(fc.output_shape({8, 256}), (tensor::Shape{8, 10}));
 }
 
+// (B, T, in) is B*T rows: the output, dx and the parameter gradients equal those of the same input
+// viewed as (B*T, in), bit for bit.
+TEST(LinearTest, LeadingDimensionsAreRows) {
+  Linear fc("fc", 6, 5);
+  ParamStore store;
+  bind_single_layer(fc, store, 4);
+  const tensor::Tensor x = random_tensor({2, 3, 6}, 1);
+  const tensor::Tensor dy = random_tensor({2, 3, 5}, 2);
+  EXPECT_EQ(fc.output_shape({2, 3, 6}), (tensor::Shape{2, 3, 5}));
+  store.zero_grads();
+  const std::vector<float> y3 = fc.forward(x, train_ctx()).to_vector();
+  const tensor::Tensor dx3 = fc.backward(dy, true).clone();
+  const std::vector<float> g3(store.grads(), store.grads() + store.num_params());
+  store.zero_grads();
+  EXPECT_EQ(fc.forward(x.reshape({6, 6}), train_ctx()).to_vector(), y3);
+  EXPECT_EQ(fc.backward(dy.reshape({6, 5}), true).to_vector(), dx3.to_vector());
+  EXPECT_EQ(dx3.shape(), (tensor::Shape{2, 3, 6}));
+  EXPECT_EQ(std::vector<float>(store.grads(), store.grads() + store.num_params()), g3);
+  check_layer_gradients(fc, store, random_tensor({2, 2, 6}, 9));
+}
+
 TEST(LinearTest, NonPositiveSizesAreAConfigError) {
   EXPECT_THROW(Linear("fc", 0, 3), ConfigError);
   EXPECT_THROW(Linear("fc", 3, -1), ConfigError);

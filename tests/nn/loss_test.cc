@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/thread_pool.h"
 #include "grad_check.h"
 
 namespace dtrain::nn {
@@ -134,6 +135,54 @@ TEST(CountCorrectTest, ArgmaxWithTheFirstMaximumWinningTies) {
   EXPECT_EQ(count_correct(logits, std::vector<std::int32_t>{1, 0, 0}), 3);
   EXPECT_EQ(count_correct(logits, std::vector<std::int32_t>{2, 0, 0}), 2);
   EXPECT_EQ(count_correct(logits, std::vector<std::int32_t>{2, 1, 2}), 0);
+}
+
+// Logits (B, T, V) are B*T rows: the loss, its gradient and the count equal those of the same
+// logits viewed as (B*T, V), bit for bit; the labels must number B*T.
+TEST(SoftmaxCrossEntropyTest, SequenceLogitsAreRowsOfTheirLastDimension) {
+  const tensor::Tensor logits = random_tensor({2, 3, 5}, 11, 3.0f);
+  const std::vector<std::int32_t> labels{4, 0, 2, 2, 1, 3};
+  tensor::Tensor d3, d2;
+  const float loss3 = softmax_cross_entropy(logits, labels, &d3);
+  const float loss2 = softmax_cross_entropy(logits.reshape({6, 5}), labels, &d2);
+  EXPECT_EQ(loss3, loss2);
+  EXPECT_EQ(d3.shape(), (tensor::Shape{2, 3, 5}));
+  EXPECT_EQ(d3.to_vector(), d2.to_vector());
+  EXPECT_EQ(count_correct(logits, labels), count_correct(logits.reshape({6, 5}), labels));
+  try {
+    softmax_cross_entropy(logits, std::vector<std::int32_t>{0, 1}, nullptr);
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("logits [2, 3, 5] need 6 labels, got 2"));
+  }
+  EXPECT_THROW(count_correct(logits, std::vector<std::int32_t>(2, 0)), ShapeError);
+  try {
+    softmax_cross_entropy(logits, std::vector<std::int32_t>{0, 1, 2, 3, 4, 5}, nullptr);
+    FAIL() << "expected DataError";
+  } catch (const DataError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("label[5] = 5 out of range [0, 5)"));
+  }
+}
+
+// The loss is the mean over all rows, the same with 1 and 2 threads (rows are summed in order).
+TEST(SoftmaxCrossEntropyTest, LargeBatchesDoNotDependOnTheThreadCount) {
+  const tensor::Tensor logits = random_tensor({4, 128, 256}, 12, 4.0f);
+  std::vector<std::int32_t> labels(512);
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    labels[i] = static_cast<std::int32_t>(i * 7 % 256);
+  tensor::Tensor d1, d2;
+  const float one = softmax_cross_entropy(logits, labels, &d1);
+  double reference = 0.0;
+  for (std::int64_t r = 0; r < 512; ++r) {
+    const float* row = logits.data() + r * 256;
+    double sum = 0.0;
+    for (std::int64_t c = 0; c < 256; ++c) sum += std::exp(static_cast<double>(row[c]));
+    reference += std::log(sum) - row[labels[static_cast<std::size_t>(r)]];
+  }
+  EXPECT_NEAR(one, reference / 512, 1e-5);
+  ScopedComputePool pool(2);
+  EXPECT_EQ(softmax_cross_entropy(logits, labels, &d2), one);
+  EXPECT_EQ(d2.to_vector(), d1.to_vector());
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "dtrain/comm/algorithms/blocks.h"
 #include "dtrain/comm/algorithms/channel.h"
 #include "dtrain/comm/algorithms/cost_model.h"
+#include "dtrain/comm/algorithms/neighbor_allreduce.h"
 #include "dtrain/comm/comm_error.h"
 #include "dtrain/comm/transport/sub_transport.h"
 
@@ -64,6 +65,7 @@ std::string_view kind_name(Kind kind) {
     case Kind::kSplit: return "split";
     case Kind::kReduceScatterBlocks: return "reduce_scatter_blocks";
     case Kind::kAllgatherBlocks: return "allgather_blocks";
+    case Kind::kNeighborAllreduce: return "neighbor_allreduce";
   }
   return "?";
 }
@@ -82,7 +84,8 @@ std::string_view fixed_algorithm(Kind kind) {
     case Kind::kAllgatherBlocks:
     case Kind::kSplit: return "ring";
     case Kind::kAlltoall: return "pairwise";
-    case Kind::kAllreduce: break;
+    case Kind::kAllreduce:
+    case Kind::kNeighborAllreduce: break;  // chosen per call: the algorithm, the topology
   }
   return "";
 }
@@ -510,6 +513,10 @@ void Communicator::execute(const Call& call, Channel& channel, Traffic& extra) {
     case Kind::kAllgatherBlocks:
       allgather_ring(channel, call.output, call.count, call.dtype);
       return;
+    case Kind::kNeighborAllreduce:
+      comm::neighbor_allreduce(channel, call.input, call.output, call.count, call.dtype,
+                               call.in_neighbors, call.out_neighbors);
+      return;
   }
   throw InternalError("Communicator::execute: unknown collective");
 }
@@ -809,6 +816,53 @@ void Communicator::gather(const void* input, void* output, std::int64_t count, D
 void Communicator::alltoall(const void* input, void* output, std::int64_t count, DType dtype,
                             const CollectiveOptions& options) {
   run(make_call(Kind::kAlltoall, input, output, count, dtype, ReduceOp::kSum, 0, options));
+}
+
+Communicator::Call Communicator::make_neighbor_call(const void* input, void* output,
+                                                    std::int64_t count, DType dtype,
+                                                    const Topology& topology, std::int64_t step,
+                                                    const CollectiveOptions& options) {
+  if (!options.algorithm.empty()) {
+    throw ConfigError(fmt::format(
+        "rank {}: neighbor_allreduce: algorithm '{}': its topology is its algorithm; leave the "
+        "algorithm empty",
+        rank(), options.algorithm));
+  }
+  if (topology.size() != size()) {
+    throw ConfigError(
+        fmt::format("rank {}: neighbor_allreduce: topology '{}' is for {} ranks, the "
+                    "communicator has {}",
+                    rank(), topology.name(), topology.size(), size()));
+  }
+  if (dtype != DType::kF32 && dtype != DType::kF64) {
+    throw ConfigError(fmt::format(
+        "rank {}: neighbor_allreduce: dtype {} is not supported: f32 or f64 (a weighted average)",
+        rank(), dtype_name(dtype)));
+  }
+  if (step < 0) {
+    throw ConfigError(
+        fmt::format("rank {}: neighbor_allreduce: step {} is negative", rank(), step));
+  }
+  Call call =
+      make_call(Kind::kNeighborAllreduce, input, output, count, dtype, ReduceOp::kSum, 0, options);
+  // What the header check compares across ranks; the step only where W depends on it.
+  call.algorithm = topology.time_varying() ? fmt::format("{} step {}", topology.name(), step)
+                                           : std::string(topology.name());
+  call.in_neighbors = topology.in_neighbors(rank(), step);
+  call.out_neighbors = topology.out_neighbors(rank(), step);
+  return call;
+}
+
+void Communicator::neighbor_allreduce(const void* input, void* output, std::int64_t count,
+                                      DType dtype, const Topology& topology, std::int64_t step,
+                                      const CollectiveOptions& options) {
+  run(make_neighbor_call(input, output, count, dtype, topology, step, options));
+}
+
+Work Communicator::neighbor_allreduce_async(const void* input, void* output, std::int64_t count,
+                                            DType dtype, const Topology& topology,
+                                            std::int64_t step, const CollectiveOptions& options) {
+  return submit(make_neighbor_call(input, output, count, dtype, topology, step, options));
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {

@@ -1,8 +1,8 @@
 // The collectives every parallel strategy uses, over any Transport: rank, size, split into
 // sub-communicators, point-to-point send/recv, barrier, broadcast, scatter, gather, allreduce (in
-// and out of place), reduce, allgather, reduce-scatter and alltoall, each also as *_async
-// returning a Work. Buffers are raw typed memory (data, count, DType[, ReduceOp]); tensors never
-// cross into comm/.
+// and out of place), reduce, allgather, reduce-scatter, alltoall and the neighbour allreduce of
+// decentralized SGD, each also as *_async returning a Work. Buffers are raw typed memory (data,
+// count, DType[, ReduceOp]); tensors never cross into comm/.
 //
 // Every collective call takes the next sequence number of this communicator (all ranks must call
 // collectives in the same order, as in MPI); its messages carry a tag derived from that number, so
@@ -27,6 +27,7 @@
 #include "dtrain/comm/reduce_op.h"
 #include "dtrain/comm/stats.h"
 #include "dtrain/comm/task_queue.h"
+#include "dtrain/comm/topology.h"
 #include "dtrain/comm/transport/transport.h"
 #include "dtrain/comm/work.h"
 
@@ -172,6 +173,14 @@ class Communicator {
   // owner's values on every rank. Ring: (P - 1)/P x count elements sent per rank.
   void allgather_blocks(void* data, std::int64_t count, DType dtype,
                         const CollectiveOptions& options = {});
+  // Decentralized averaging (algorithms/neighbor_allreduce.h): output = sum_j W_rj input_j over
+  // this rank's in-neighbours j in `topology` at `step` (topology.h), f32 or f64. Point-to-point
+  // only between neighbours: out-degree x count elements sent per rank (one-peer exponential:
+  // one vector). The topology must span this communicator; the header check compares the
+  // topology (and the step, where W changes with it) across ranks. input == output is in place.
+  void neighbor_allreduce(const void* input, void* output, std::int64_t count, DType dtype,
+                          const Topology& topology, std::int64_t step,
+                          const CollectiveOptions& options = {});
 
   // The same collectives on the communicator's background thread; buffers must stay valid until
   // the Work is done. Works complete in submission order. Argument errors throw here, at once.
@@ -198,6 +207,9 @@ class Communicator {
                                    const CollectiveOptions& options = {});
   Work allgather_blocks_async(void* data, std::int64_t count, DType dtype,
                               const CollectiveOptions& options = {});
+  Work neighbor_allreduce_async(const void* input, void* output, std::int64_t count, DType dtype,
+                                const Topology& topology, std::int64_t step,
+                                const CollectiveOptions& options = {});
 
   // The kinds of collective, as the header check names them.
   enum class Kind : std::uint8_t {
@@ -212,7 +224,8 @@ class Communicator {
     kAlltoall,
     kSplit,
     kReduceScatterBlocks,
-    kAllgatherBlocks
+    kAllgatherBlocks,
+    kNeighborAllreduce
   };
 
  private:
@@ -231,6 +244,10 @@ class Communicator {
     std::uint64_t seq = 0;
     // auto allreduce: this call measures alpha and beta (the first auto call; others wait).
     bool probe = false;
+    // neighbor_allreduce: this rank's in-neighbours (itself included, by rank, with weights) and
+    // out-neighbours at the call's step.
+    std::vector<Neighbor> in_neighbors;
+    std::vector<int> out_neighbors;
   };
   struct Hierarchy;
   struct AutoModel;
@@ -247,6 +264,9 @@ class Communicator {
   void check_header(const Call& call, std::chrono::steady_clock::time_point start);
   std::string describe(const Call& call) const;
   Work submit(Call call);
+  Call make_neighbor_call(const void* input, void* output, std::int64_t count, DType dtype,
+                          const Topology& topology, std::int64_t step,
+                          const CollectiveOptions& options);
   void point_to_point(bool is_send, void* data, std::int64_t count, DType dtype, int peer,
                       std::uint64_t tag);
 

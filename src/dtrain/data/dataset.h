@@ -23,21 +23,25 @@ enum class Split { kTrain, kTest };
 std::string_view split_name(Split split);
 
 struct Dataset {
-  std::string name;                  // "fashion-mnist", "mnist", "cifar10", "synthetic"
-  tensor::Tensor images;             // (N, C, H, W) float32, already normalised
-  std::vector<std::int32_t> labels;  // N labels in [0, num_classes)
+  std::string name;                  // "fashion-mnist", "mnist", "cifar10", "synthetic", "text"
+  tensor::Tensor images;             // (N, C, H, W) float32, already normalised; text: (N, T)
+  std::vector<std::int32_t> labels;  // N x labels_per_sample labels in [0, num_classes)
   std::int64_t num_classes = 10;
+  // 1 for images (one class each); T for text windows (the next byte at every position), so
+  // sample i's labels are [i L, (i + 1) L).
+  std::int64_t labels_per_sample = 1;
 
   // N, the number of samples (0 for an empty Dataset).
   std::int64_t size() const;
-  // {C, H, W}; empty for an empty Dataset.
+  // The shape of one sample: {C, H, W}, or {T} for text; empty for an empty Dataset.
   tensor::Shape sample_shape() const;
 };
 
-// Copies samples `indices` (each in [0, data.size())) into x, (B, C, H, W) with B =
-// indices.size(), and their labels into y. x is reshaped through Tensor::ensure_shape, so a caller
-// that keeps x across steps allocates only when B changes (the last, short batch of an epoch).
-// Cost: B * C*H*W floats copied. An index out of range is a bug in the sampler: InternalError.
+// Copies samples `indices` (each in [0, data.size())) into x, (B, sample_shape...) with B =
+// indices.size(), and their labels (B x labels_per_sample) into y. x is reshaped through
+// Tensor::ensure_shape, so a caller that keeps x across steps allocates only when B changes (the
+// last, short batch of an epoch). Cost: B * C*H*W floats copied. An index out of range is a bug in
+// the sampler: InternalError.
 void gather_batch(const Dataset& data, std::span<const std::int64_t> indices, tensor::Tensor& x,
                   std::vector<std::int32_t>& y);
 

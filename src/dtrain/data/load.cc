@@ -8,6 +8,7 @@
 #include "dtrain/data/libsvm_reader.h"
 #include "dtrain/data/sparse_synthetic.h"
 #include "dtrain/data/synthetic.h"
+#include "dtrain/data/text_corpus.h"
 
 namespace dtrain::data {
 namespace {
@@ -17,8 +18,11 @@ Dataset take_range(const Dataset& dataset, std::int64_t begin, std::int64_t end)
   Dataset out;
   out.name = dataset.name;
   out.num_classes = dataset.num_classes;
+  out.labels_per_sample = dataset.labels_per_sample;
   out.images = dataset.images.slice(begin, end).clone();
-  out.labels.assign(dataset.labels.begin() + begin, dataset.labels.begin() + end);
+  const std::int64_t per_sample = dataset.labels_per_sample;
+  out.labels.assign(dataset.labels.begin() + begin * per_sample,
+                    dataset.labels.begin() + end * per_sample);
   return out;
 }
 
@@ -51,10 +55,19 @@ DenseSplits load_dense(const DataSpec& spec) {
   } else if (spec.dataset == "fashion-mnist" || spec.dataset == "mnist") {
     out.train = load_idx_dataset(spec.path, Split::kTrain, spec.dataset);
     out.test = load_idx_dataset(spec.path, Split::kTest, spec.dataset);
+  } else if (spec.dataset == "text") {
+    TextSpec text;
+    text.path = spec.path;
+    text.block = spec.block;
+    text.train_windows = spec.text_windows;
+    text.test_windows = spec.text_test_windows;
+    text.holdout = spec.text_holdout;
+    text.seed = static_cast<std::uint64_t>(spec.synthetic_seed);
+    out = make_text_windows(read_text_corpus(spec.path), text);
   } else {
     throw ConfigError(fmt::format(
         "config key 'data.dataset' = \"{}\" is not a data set; accepted: fashion-mnist, mnist, "
-        "cifar10, synthetic",
+        "cifar10, synthetic, text",
         spec.dataset));
   }
   out.train = take_first(out.train, spec.limit_train);

@@ -26,7 +26,12 @@ struct DataSpec {
   std::int64_t synthetic_classes = 0;
   std::vector<std::int64_t> synthetic_shape;
   double synthetic_noise = 0.0;
-  std::int64_t synthetic_seed = 0;
+  std::int64_t synthetic_seed = 0;  // also the seed of text windows' offsets
+  // text (data/text_corpus.h)
+  std::int64_t block = 128;
+  std::int64_t text_windows = 0;
+  std::int64_t text_test_windows = 256;
+  double text_holdout = 0.1;
   std::int64_t limit_train = 0;  // the first N samples (0 = all)
   std::int64_t limit_test = 0;
 };
@@ -44,7 +49,8 @@ struct SparseSplits {
 // True for the sparse sets (libsvm, sparse-synthetic).
 bool is_sparse_dataset(const std::string& name);
 
-// fashion-mnist / mnist: the IDX files in path; cifar10: the binary batches in path; synthetic:
+// fashion-mnist / mnist: the IDX files in path; cifar10: the binary batches in path; text: windows
+// of the bytes under path (data/text_corpus.h); synthetic:
 // one draw of synthetic_samples + synthetic_test_samples split into train (the first
 // synthetic_samples) and test (the rest), so both share the class means. Then limit_train /
 // limit_test keep the first N samples. DataError from the readers names the missing or bad file;

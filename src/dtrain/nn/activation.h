@@ -6,14 +6,15 @@
 //   softplus    log(1 + e^x)                        ' = sigmoid(x)
 //   leaky_relu  x if x > 0 else alpha x             ' = 1 or alpha
 //   elu         x if x > 0 else alpha (e^x - 1)     ' = 1 or alpha e^x
-//   gelu        x Phi(x) = 0.5 x (1 + erf(x/sqrt2)) ' = Phi(x) + x phi(x)   (exact, not
-//   tanh-fitted)
+//   gelu        x Phi(x) = 0.5 x (1 + erf(x/sqrt2)) ' = Phi(x) + x phi(x)   (the erf form, not
+//               the tanh fit; erf and exp within 4e-7, nn/fast_math.h)
 //
 // At the kink x = 0 the piecewise kinds take their LEFT derivative, consistently: relu'(0) = 0,
 // leaky_relu'(0) = alpha, elu'(0) = alpha (its left limit alpha e^0). The x <= 0 branch owns 0 in
 // the forward pass too. sigmoid and softplus are written so that no exp overflows: softplus(x) =
 // max(x, 0) + log1p(e^-|x|) is exact to f32 at x = +-100.
 //
+// Any rank: (B, F), (B, T, F), (B, C, H, W) alike, element by element.
 // Forward and backward are one pass over the elements (memory bound, a few ns each), split over
 // the compute pool in slices of at least kActivationGrain elements.
 #pragma once

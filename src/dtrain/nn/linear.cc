@@ -23,13 +23,15 @@ Linear::Linear(std::string name, std::int64_t in_features, std::int64_t out_feat
 std::string Linear::describe() const { return fmt::format("Linear({} -> {})", in_, out_); }
 
 tensor::Shape Linear::output_shape(const tensor::Shape& input) const {
-  if (input.size() != 2 || input[1] != in_) {
+  if (input.size() < 2 || input.back() != in_) {
     throw ShapeError(fmt::format(
-        "layer {} ({}) expects input [B, {}], got {}; check the previous layer's output or the "
-        "model input shape",
-        name(), describe(), in_, tensor::batch_shape_str(input)));
+        "layer {} ({}) expects input [B, {}], got {}; leading dimensions are allowed ([B, T, {}]) "
+        "but the last must be {}: check the previous layer's output or the model input shape",
+        name(), describe(), in_, tensor::batch_shape_str(input), in_, in_));
   }
-  return {input[0], out_};
+  tensor::Shape output = input;
+  output.back() = out_;
+  return output;
 }
 
 void Linear::declare(ParamStore& store) {
@@ -52,7 +54,7 @@ void Linear::init(Rng& rng) {
 const tensor::Tensor& Linear::forward(const tensor::Tensor& x, const ForwardContext& /*ctx*/) {
   const tensor::Shape out_shape = output_shape(x.shape());
   DTRAIN_CHECK(x.is_contiguous(), "layer {}: input must be contiguous", name());
-  const std::int64_t batch = out_shape[0];
+  const std::int64_t batch = x.numel() / in_;  // rows: every leading dimension
   x_ = x;
   y_.ensure_shape(out_shape);
   float* y = y_.data();
@@ -77,10 +79,10 @@ const tensor::Tensor& Linear::forward(const tensor::Tensor& x, const ForwardCont
 }
 
 const tensor::Tensor& Linear::backward(const tensor::Tensor& dy, bool need_input_grad) {
-  const std::int64_t batch = x_.dim(0);
-  DTRAIN_CHECK(dy.shape() == (tensor::Shape{batch, out_}) && dy.is_contiguous(),
-               "layer {}: dy shape {} differs from output shape [{}, {}]", name(),
-               tensor::shape_str(dy.shape()), batch, out_);
+  const std::int64_t batch = x_.numel() / in_;  // rows: every leading dimension
+  DTRAIN_CHECK(dy.shape() == y_.shape() && dy.is_contiguous(),
+               "layer {}: dy shape {} differs from output shape {}", name(),
+               tensor::shape_str(dy.shape()), tensor::shape_str(y_.shape()));
   // dW (out, in) += dy^T x: a K = B reduction, so a batch of 1 is an outer product.
   tensor::gemm(tensor::Trans::kYes, tensor::Trans::kNo, out_, in_, batch, 1.0f, dy.data(), out_,
                x_.data(), in_, 1.0f, weight_grad_.data(), in_);
@@ -92,7 +94,7 @@ const tensor::Tensor& Linear::backward(const tensor::Tensor& dy, bool need_input
     for (std::int64_t o = 0; o < out_; ++o) db[o] += g_row[o];
   }
   if (!need_input_grad) return none_;
-  dx_.ensure_shape({batch, in_});
+  dx_.ensure_shape(x_.shape());
   tensor::gemm(tensor::Trans::kNo, tensor::Trans::kNo, batch, in_, out_, 1.0f, dy.data(), out_,
                weight_.data(), in_, 0.0f, dx_.data(), in_);
   return dx_;

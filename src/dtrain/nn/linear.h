@@ -8,6 +8,10 @@
 //             dx (B, in)    = dy (B, out) W (out, in)              2*B*in*out FLOPs (skipped for
 //                                                                  the first layer)
 // The weight decays (weight_decay = true), the bias does not; the bias starts at 0.
+// Any leading dimensions: x (B, T, ..., in) is read as B*T*... rows of (in) (it is contiguous, so
+// that is a view, no copy) and y keeps them, (B, T, ..., out), as torch.nn.Linear does; B above
+// then stands for the row count. The transformer's (B, T, d) activations go through as
+// (B*T, d) products, one GEMM each.
 //
 // Forward with more outputs than samples (out > B) computes the transposed product
 // y^T (out, B) = W x^T + b and transposes it into y (tensor/transpose.h, 2 x B x out x 4 bytes).
@@ -32,7 +36,7 @@ class Linear : public Layer {
          InitKind init = InitKind::kHe, float sigma = 0.01f);
 
   std::string describe() const override;
-  // (B, in) -> (B, out); anything else is a ShapeError naming the layer and both shapes.
+  // (B, ..., in) -> (B, ..., out); anything else is a ShapeError naming the layer and both shapes.
   tensor::Shape output_shape(const tensor::Shape& input) const override;
   void declare(ParamStore& store) override;
   void bind(ParamStore& store) override;
@@ -55,10 +59,10 @@ class Linear : public Layer {
   int weight_index_ = -1;
   int bias_index_ = -1;
   tensor::Tensor weight_, bias_, weight_grad_, bias_grad_;  // views into the ParamStore
-  tensor::Tensor x_;   // view of the last input (B, in), kept for backward
-  tensor::Tensor y_;   // (B, out)
-  tensor::Tensor yt_;  // (out, B): forward's product when out > B
-  tensor::Tensor dx_;  // (B, in)
+  tensor::Tensor x_;   // view of the last input (B, ..., in), kept for backward
+  tensor::Tensor y_;   // (B, ..., out)
+  tensor::Tensor yt_;  // (out, rows): forward's product when out > rows
+  tensor::Tensor dx_;  // (B, ..., in)
   tensor::Tensor none_;
 };
 

@@ -34,6 +34,13 @@ int ParamStore::add_buffer(const std::string& name, const tensor::Shape& shape) 
   return static_cast<int>(buffer_entries_.size()) - 1;
 }
 
+int ParamStore::find_param(const std::string& name) const {
+  for (std::size_t i = 0; i < param_entries_.size(); ++i) {
+    if (param_entries_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 void ParamStore::finalize() {
   if (finalized_) return;
   std::int64_t offset = 0;

@@ -33,6 +33,10 @@ class ParamStore {
   // Before finalize(): declare a trained tensor or a non-trained buffer; returns its index.
   int add_param(const std::string& name, const tensor::Shape& shape, bool weight_decay);
   int add_buffer(const std::string& name, const tensor::Shape& shape);
+  // The index of the parameter declared as `name`, or -1. How a layer that shares another layer's
+  // tensor (the transformer's output head, tied to the token embedding) finds it: the tensor is
+  // declared once, so it is one entry, counted once, with one gradient range that both add into.
+  int find_param(const std::string& name) const;
   // Lays out and allocates (zero-filled); after it no more declarations are accepted.
   void finalize();
   bool finalized() const { return finalized_; }

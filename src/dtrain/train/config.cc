@@ -120,12 +120,13 @@ std::vector<Field> fields(Config& c) {
       {"model",
        "name",
        &m.name,
-       "architecture (logistic, svm: sparse linear models, parallel.strategy = \"hogwild\" only)",
+       "architecture (gpt: a byte-level transformer, data.dataset = \"text\" only; logistic, "
+       "svm: sparse linear models, parallel.strategy = \"hogwild\" only)",
        -kInf,
        kInf,
        false,
        false,
-       {"mlp", "lenet5", "resnet", "logistic", "svm"}},
+       {"mlp", "lenet5", "resnet", "gpt", "logistic", "svm"}},
       {"model", "hidden", &m.hidden, "mlp: widths of the hidden layers", 1},
       {"model",
        "activation",
@@ -153,6 +154,10 @@ std::vector<Field> fields(Config& c) {
       int_at_least("model", "resnet_width", &m.resnet_width,
                    "resnet: channels of the first stage (doubled per stage)", 1),
       int_at_least("model", "resnet_blocks", &m.resnet_blocks, "resnet: blocks per stage", 1),
+      {"model", "gpt_layers", &m.gpt_layers, "gpt: transformer blocks", 1, 1024},
+      {"model", "gpt_heads", &m.gpt_heads, "gpt: attention heads (a divisor of gpt_dim)", 1, 1024},
+      {"model", "gpt_dim", &m.gpt_dim, "gpt: model width d (embeddings, residual stream)", 1,
+       65536},
 
       {"data",
        "dataset",
@@ -162,9 +167,10 @@ std::vector<Field> fields(Config& c) {
        kInf,
        false,
        false,
-       {"fashion-mnist", "mnist", "cifar10", "synthetic", "libsvm", "sparse-synthetic"}},
+       {"fashion-mnist", "mnist", "cifar10", "synthetic", "text", "libsvm", "sparse-synthetic"}},
       {"data", "path", &d.path,
-       "folder holding the data set files (libsvm: the training file; not used by synthetic)"},
+       "folder holding the data set files (libsvm: the training file; text: a file or a folder of "
+       "text files; not used by synthetic)"},
       {"data", "test_path", &d.test_path, "libsvm: the test file (\"\" = no test set)"},
       int_at_least("data", "sparse_features", &d.sparse_features,
                    "sparse-synthetic: features d (length of w*)", 1),
@@ -182,7 +188,17 @@ std::vector<Field> fields(Config& c) {
       {"data", "synthetic_noise", &d.synthetic_noise,
        "synthetic: standard deviation around the class means", 0},
       int_at_least("data", "synthetic_seed", &d.synthetic_seed,
-                   "synthetic, sparse-synthetic: seed of the generated data", 0),
+                   "synthetic, sparse-synthetic: seed of the generated data; text: of the windows' "
+                   "offsets",
+                   0),
+      {"data", "block", &d.block, "text: bytes of input per window (the model's context)", 1,
+       65536},
+      int_at_least("data", "text_windows", &d.text_windows,
+                   "text: training windows (0 = the training split's bytes / block)", 0),
+      int_at_least("data", "text_test_windows", &d.text_test_windows,
+                   "text: held-out windows evaluated as the test set", 1),
+      {"data", "text_holdout", &d.text_holdout,
+       "text: the last fraction of the bytes held out for evaluation", 0, 1, true, true},
       int_at_least("data", "limit_train", &d.limit_train,
                    "use only the first N training samples (0 = all)", 0),
       int_at_least("data", "limit_test", &d.limit_test,
@@ -820,6 +836,35 @@ void validate_impl(const Config& config, const Provenance& provenance,
         "dense data sets",
         config.parallel.strategy, where("parallel.strategy"), config.model.name,
         where("model.name"), config.data.dataset, where("data.dataset")));
+  }
+  // Text windows carry a label per position, which only the transformer predicts.
+  const bool text = config.data.dataset == "text";
+  if (text != (config.model.name == "gpt")) {
+    throw ConfigError(fmt::format(
+        "config keys 'model.name' = \"{}\" ({}) and 'data.dataset' = \"{}\" ({}) do not fit "
+        "together; model \"gpt\" reads data set \"text\" (a byte per position) and that data set "
+        "needs model \"gpt\"",
+        config.model.name, where("model.name"), config.data.dataset, where("data.dataset")));
+  }
+  if (text && config.data.path == DataSection{}.path) {
+    throw ConfigError(
+        fmt::format("config key 'data.dataset' = \"text\" ({}) reads data.path, which is still the "
+                    "Fashion-MNIST folder; set data.path to a text file or folder, e.g. "
+                    "/usr/share/games/fortunes (apt-get install fortunes)",
+                    where("data.dataset")));
+  }
+  if (text && config.train.loss != "cross_entropy") {
+    throw ConfigError(fmt::format(
+        "config key 'train.loss' = \"{}\" ({}) does not apply to text; a language model's loss "
+        "is cross_entropy (nats per byte)",
+        config.train.loss, where("train.loss")));
+  }
+  if (text && config.model.gpt_dim % config.model.gpt_heads != 0) {
+    throw ConfigError(fmt::format(
+        "config key 'model.gpt_heads' = {} ({}) does not divide 'model.gpt_dim' = {} ({}); each "
+        "head takes gpt_dim / gpt_heads of the width",
+        config.model.gpt_heads, where("model.gpt_heads"), config.model.gpt_dim,
+        where("model.gpt_dim")));
   }
   if (config.data.dataset == "mnist" && config.data.path == DataSection{}.path) {
     // MNIST and Fashion-MNIST share their IDX file names: this would train on Fashion-MNIST and

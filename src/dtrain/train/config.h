@@ -20,7 +20,7 @@ inline constexpr int kMaxWorkers = 1024;
 
 // [model]: what nn::build_model builds (see nn/model_zoo.h for the meaning of each key).
 struct ModelSection {
-  std::string name = "mlp";  // mlp | lenet5 | resnet | logistic | svm (the last two: hogwild)
+  std::string name = "mlp";  // mlp | lenet5 | resnet | gpt | logistic | svm (the last two: hogwild)
   std::vector<std::int64_t> hidden{256, 256};  // mlp hidden widths
   std::string activation = "relu";
   double activation_alpha = 0.01;
@@ -29,12 +29,18 @@ struct ModelSection {
   double init_sigma = 0.01;
   std::int64_t resnet_width = 16;
   std::int64_t resnet_blocks = 1;
+  // gpt (docs/TRANSFORMER.md): blocks, attention heads and model width; the context length is the
+  // data's window (data.block).
+  std::int64_t gpt_layers = 4;
+  std::int64_t gpt_heads = 4;
+  std::int64_t gpt_dim = 128;
   bool operator==(const ModelSection&) const = default;
 };
 
 // [data]: the data set and how much of it to use.
 struct DataSection {
-  // fashion-mnist | mnist | cifar10 | synthetic | libsvm | sparse-synthetic (the last two: hogwild)
+  // fashion-mnist | mnist | cifar10 | synthetic | text | libsvm | sparse-synthetic (the last two:
+  // hogwild)
   std::string dataset = "fashion-mnist";
   std::string path = "/usr/share/datasets/fashion-mnist";  // libsvm: the training file
   std::string test_path;  // libsvm: the test file ("" = no test set)
@@ -52,6 +58,13 @@ struct DataSection {
   std::vector<std::int64_t> synthetic_shape{1, 8, 8};  // (C, H, W)
   double synthetic_noise = 0.5;
   std::int64_t synthetic_seed = 1;
+  // text (data/text_corpus.h): windows of `block` bytes (+ 1 for the last label) drawn at seeded
+  // offsets (synthetic_seed) from the first 1 - text_holdout of the bytes (text_windows of them;
+  // 0 = bytes / block) and from the rest (text_test_windows).
+  std::int64_t block = 128;
+  std::int64_t text_windows = 0;
+  std::int64_t text_test_windows = 256;
+  double text_holdout = 0.1;
   // Use only the first N samples (0 = all): for quick runs.
   std::int64_t limit_train = 0;
   std::int64_t limit_test = 0;

@@ -40,7 +40,9 @@ LocalGradients::Result LocalGradients::compute(
     double scale_to, const std::function<void(std::size_t layer)>& after_layer) {
   using Clock = TraceRecorder::Clock;
   const auto start = Clock::now();
-  const auto local = static_cast<std::int64_t>(labels.size());
+  const std::int64_t local = x.dim(0);
+  // Labels per sample: 1 for a class, T for a text window's next bytes.
+  const std::int64_t per_sample = local > 0 ? static_cast<std::int64_t>(labels.size()) / local : 1;
   const std::int64_t micro_batches = std::min(config_.train.accumulate_steps, local);
   nn::ParamStore& store = model_.store();
   Result result;
@@ -51,8 +53,8 @@ LocalGradients::Result LocalGradients::compute(
     const bool whole = begin == 0 && end == x.dim(0);
     const tensor::Tensor micro = whole ? tensor::Tensor() : x.slice(begin, end);
     const tensor::Tensor& input = whole ? x : micro;
-    const auto micro_labels =
-        labels.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(end - begin));
+    const auto micro_labels = labels.subspan(static_cast<std::size_t>(begin * per_sample),
+                                             static_cast<std::size_t>((end - begin) * per_sample));
     const auto stream = static_cast<std::uint64_t>((step * micro_batches + m) * ranks_ + rank_);
     const auto forward_start = Clock::now();
     const tensor::Tensor& logits = model_.forward(

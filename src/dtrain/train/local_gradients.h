@@ -33,7 +33,7 @@ class LocalGradients {
 
   struct Result {
     double loss_sum = 0.0;     // sum over the share's samples of their loss
-    std::int64_t correct = 0;  // correctly classified samples of the share
+    std::int64_t correct = 0;  // correct predictions of the share (text: per position)
     std::int64_t samples = 0;  // the share's size
     // The share's mean loss (0 for an empty share).
     float mean_loss() const {

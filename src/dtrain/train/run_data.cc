@@ -16,6 +16,10 @@ data::DataSpec data_spec(const DataSection& config) {
   spec.synthetic_shape = config.synthetic_shape;
   spec.synthetic_noise = config.synthetic_noise;
   spec.synthetic_seed = config.synthetic_seed;
+  spec.block = config.block;
+  spec.text_windows = config.text_windows;
+  spec.text_test_windows = config.text_test_windows;
+  spec.text_holdout = config.text_holdout;
   spec.limit_train = config.limit_train;
   spec.limit_test = config.limit_test;
   return spec;

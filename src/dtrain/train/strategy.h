@@ -55,7 +55,8 @@ struct StrategyContext {
 };
 
 // One step's input: this rank's share (x, labels) of a batch whose mean gradient the step follows
-// (`global_count` samples: the share's gradient is weighted by labels.size() / global_count).
+// (`global_count` samples: the share's gradient is weighted by x.dim(0) / global_count; labels:
+// x.dim(0) x the data set's labels_per_sample).
 struct StepInput {
   const tensor::Tensor& x;
   std::span<const std::int32_t> labels;

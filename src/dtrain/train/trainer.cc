@@ -62,6 +62,14 @@ nn::ModelSpec model_spec(const ModelSection& config, const tensor::Shape& sample
   spec.dropout = static_cast<float>(config.dropout);
   spec.resnet_width = config.resnet_width;
   spec.resnet_blocks = config.resnet_blocks;
+  if (config.name == "gpt") {
+    // The context is the data's window (B, T); the vocabulary its classes (256 bytes).
+    spec.block = sample_shape.empty() ? 0 : sample_shape[0];
+    spec.vocab = classes;
+    spec.d_model = config.gpt_dim;
+    spec.heads = config.gpt_heads;
+    spec.layers = config.gpt_layers;
+  }
   spec.init = config.init;
   spec.init_sigma = static_cast<float>(config.init_sigma);
   return spec;
@@ -149,7 +157,7 @@ Trainer::~Trainer() = default;
 
 float Trainer::train_step(const tensor::Tensor& x, std::span<const std::int32_t> labels,
                           std::int64_t step, std::int64_t* correct, std::int64_t global_count) {
-  if (global_count == 0) global_count = static_cast<std::int64_t>(labels.size()) * world_;
+  if (global_count == 0) global_count = x.dim(0) * world_;
   last_step_ =
       strategy_->step(StepInput{x, labels, step, global_count, schedule_->lr(step)}, *optimizer_);
   if (correct != nullptr) *correct = last_step_.correct;
@@ -173,8 +181,11 @@ Trainer::Evaluation Trainer::evaluate(bool alone) {
   double loss_sum = 0.0;
   std::int64_t correct = 0;
   const std::int64_t mine = last - first;
-  for (std::int64_t begin = 0; begin < mine; begin += kEvalBatch) {
-    const std::int64_t count = std::min(kEvalBatch, mine - begin);
+  // Text windows predict a byte per position: kEvalBatch positions' logits at a time.
+  const std::int64_t per_sample = test.labels_per_sample;
+  const std::int64_t batch = std::max<std::int64_t>(1, kEvalBatch / per_sample);
+  for (std::int64_t begin = 0; begin < mine; begin += batch) {
+    const std::int64_t count = std::min(batch, mine - begin);
     data::gather_batch(test,
                        std::span(indices).subspan(static_cast<std::size_t>(begin),
                                                   static_cast<std::size_t>(count)),
@@ -189,7 +200,7 @@ Trainer::Evaluation Trainer::evaluate(bool alone) {
     options_.comm->allreduce(sums, 2, DType::kF64, comm::ReduceOp::kSum);
   }
   result.loss = sums[0] / static_cast<double>(n);
-  result.accuracy = sums[1] / static_cast<double>(n);
+  result.accuracy = sums[1] / static_cast<double>(n * per_sample);
   return result;
 }
 
@@ -497,6 +508,7 @@ RunSummary Trainer::run() {
     }
     // The epoch's training loss and accuracy over every rank's shares (async / ssp: worker 0's).
     double epoch_sums[2] = {epoch_loss_sum, static_cast<double>(epoch_correct)};
+    const auto labels_per_sample = static_cast<double>(data_->train.labels_per_sample);
     double epoch_seen = static_cast<double>(epoch_samples);
     if (comm != nullptr && collective) {
       comm->allreduce(epoch_sums, 2, DType::kF64, comm::ReduceOp::kSum);
@@ -507,7 +519,7 @@ RunSummary Trainer::run() {
     const EpochRecord record{epoch + 1,
                              global_step,
                              last_train_loss,
-                             epoch_sums[1] / std::max(epoch_seen, 1.0),
+                             epoch_sums[1] / std::max(epoch_seen * labels_per_sample, 1.0),
                              last_eval.loss,
                              last_eval.accuracy,
                              static_cast<double>(epoch_samples) / std::max(epoch_seconds, 1e-9),

@@ -95,7 +95,7 @@ class Trainer {
   int world_size() const { return world_; }
 
   // One step of the strategy at global step `step` on this rank's share (x, labels) of a global
-  // batch of `global_count` samples (0: labels.size() x world_size(), equal shares); returns the
+  // batch of `global_count` samples (0: x.dim(0) x world_size(), equal shares); returns the
   // share's mean loss. `correct` receives the count of correctly classified samples of the share.
   float train_step(const tensor::Tensor& x, std::span<const std::int32_t> labels, std::int64_t step,
                    std::int64_t* correct, std::int64_t global_count = 0);

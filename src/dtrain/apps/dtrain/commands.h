@@ -33,6 +33,9 @@ Command add_bench_command(CLI::App& app);
 // dtrain sweep: a grid of training runs (workers x algorithms x any key) and their comparison.
 Command add_sweep_command(CLI::App& app);
 
+// dtrain generate: continues a prompt with text sampled from a gpt run's newest checkpoint.
+Command add_generate_command(CLI::App& app);
+
 // dtrain config: prints a configuration (the defaults, or a file with overrides) as commented TOML.
 Command add_config_command(CLI::App& app);
 

@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
   app.footer("Run `dtrain <command> --help` for a command's options and examples.");
   const std::vector<Command> commands = {
       dtrain::apps::add_train_command(app), dtrain::apps::add_sweep_command(app),
-      dtrain::apps::add_config_command(app), dtrain::apps::add_bench_command(app)};
+      dtrain::apps::add_config_command(app), dtrain::apps::add_bench_command(app),
+      dtrain::apps::add_generate_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version

@@ -41,8 +41,7 @@ StepResult ParameterServerWorker::step(const StepInput& input, optim::Optimizer&
   const auto start = Clock::now();
   const ps::PushResult pushed = client_.push(
       {0, store.num_params()}, store.grads(),
-      {input.step, static_cast<std::int64_t>(input.labels.size()), input.global_count, input.lr},
-      pull ? store.params() : nullptr);
+      {input.step, input.x.dim(0), input.global_count, input.lr}, pull ? store.params() : nullptr);
   const auto end = Clock::now();
   if (pushed.dropped) ++dropped_steps_;
   if (context_.trace.enabled()) {

@@ -1,0 +1,97 @@
+// The compressed reducer (issue 20; docs/COMPRESSION.md): each bucket's gradients go through a
+// codec of compress/ before they leave the rank, as PyTorch DDP's fp16 and PowerSGD
+// communication hooks do, with error feedback per bucket where the spec has it (one residual
+// buffer with the gradient layout) and PowerSGD's Q kept per bucket. What each bucket becomes is
+// the decoded sum over the ranks, the same on every rank, and deterministic:
+//
+//   summable (fp16, bf16, random-k)  encode; allreduce the payload in the codec's wire dtype
+//                                    (f16 / bf16 sums round each partial sum); decode once.
+//                                    Bytes per rank: the allreduce's over encoded_bytes(n),
+//                                    2 (P-1)/P x encoded_bytes(n) for ring.
+//   gather (top-k, sign, QSGD)       encode; allgather the payloads (u8, ring: (P-1) x
+//                                    encoded_bytes(n) sent per rank); zero the bucket and
+//                                    decode_add rank 0's payload, then rank 1's, ...: every rank
+//                                    adds in the same order, so the sums are bit-identical.
+//   PowerSGD                         P = M Q, allreduce P, orthogonalize, Q = M^T P, allreduce
+//                                    Q, bucket = P Q^T (powersgd.h). Bytes per rank: two
+//                                    allreduces of 4 r rows and 4 r cols bytes. A bucket too
+//                                    small to gain (r (rows + cols) >= n) is allreduced in f32
+//                                    instead, which is logged once (rank 0, info).
+//
+// Seeds: a stochastic codec's seed is derived from (seed, bucket, step of that bucket) and, for
+// gather codecs only, the rank (codec_seed()): summable payloads must line up across ranks
+// (random-k's indices), gathered ones should not share their noise (QSGD's dithering).
+//
+// Overlap: for summable and gather codecs, reduce_async() encodes on the calling thread
+// (backward's), starts the collective on the communicator's thread, and decodes on a thread of this
+// reducer once the collective is done; the returned Work ends after the decode. All collectives are
+// therefore issued from the calling thread, in bucket order, as the communicator's sequence numbers
+// require. PowerSGD's second allreduce needs the first one's result, so its buckets are exchanged
+// inside reduce_async() itself (blocking; the Work returned is already done): no overlap.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/task_queue.h"
+#include "dtrain/compress/codec.h"
+#include "dtrain/compress/codec_spec.h"
+#include "dtrain/compress/error_feedback.h"
+#include "dtrain/compress/powersgd.h"
+#include "dtrain/parallel/gradient_reducer.h"
+
+namespace dtrain::parallel {
+
+// The seed a codec gets for `bucket`'s `step`-th exchange (rank < 0: the one shared by all ranks).
+std::uint64_t codec_seed(std::uint64_t seed, std::size_t bucket, std::int64_t step, int rank);
+
+class CompressedReducer final : public GradientReducer {
+ public:
+  // spec: not none (compressed_reducer() gives none the plain allreduce reducer).
+  CompressedReducer(const ReducerContext& context, const compress::CodecSpec& spec,
+                    std::uint64_t seed);
+  ~CompressedReducer() override;
+
+  // "topk:0.01 allgather", "fp16 allreduce", "powersgd:2 two allreduces".
+  const char* collective() const override { return collective_.c_str(); }
+  std::string algorithm() const override;
+  void reduce(const GradientBucket& bucket, float* grads) override;
+  comm::Work reduce_async(const GradientBucket& bucket, float* grads) override;
+
+ private:
+  struct BucketState {
+    std::vector<std::uint8_t> payload;   // this rank's encoded bucket
+    std::vector<std::uint8_t> gathered;  // gather: every rank's payload, rank r at r x size
+    std::unique_ptr<compress::PowerSgd> powersgd;  // null: not PowerSGD, or it does not pay
+    std::int64_t steps = 0;
+  };
+
+  std::size_t index_of(const GradientBucket& bucket) const;
+  // Encodes the bucket (error feedback included) into its payload; returns the bucket's step.
+  std::int64_t encode(std::size_t b, const GradientBucket& bucket, const float* grads);
+  // The payload's collective: started on the communicator's thread (async), or run here (the
+  // Work returned is then done).
+  comm::Work exchange(std::size_t b, bool async);
+  // The bucket's sum from the exchanged payload(s) of that step.
+  void decode(std::size_t b, const GradientBucket& bucket, float* grads, std::int64_t step);
+  void reduce_powersgd(std::size_t b, const GradientBucket& bucket, float* grads);
+
+  compress::CodecSpec spec_;
+  std::uint64_t seed_;
+  std::string collective_;
+  comm::CollectiveOptions gather_options_;  // allgather has one algorithm (ring)
+  std::unique_ptr<compress::Codec> codec_;  // null for PowerSGD
+  std::optional<compress::ErrorFeedback> feedback_;
+  std::vector<float> sent_;  // decode(payload) for error feedback, the largest bucket's size
+  std::vector<BucketState> states_;
+  // Decodes async exchanges; declared last so that it drains before the buffers above go.
+  comm::TaskQueue decoder_;
+};
+
+// Built once the buckets exist (GradientSynchronizer's DataParallelOptions::reducer). `seed`:
+// the stochastic codecs' randomness, the same on every rank.
+ReducerFactory compressed_reducer(const compress::CodecSpec& spec, std::uint64_t seed = 0);
+
+}  // namespace dtrain::parallel

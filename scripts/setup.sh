@@ -14,6 +14,7 @@ PACKAGES=(
   zlib1g-dev                                    # gzip-compressed IDX files
   libgtest-dev libgmock-dev libbenchmark-dev    # tests and micro-benchmarks
   dataset-fashion-mnist                         # the demo's data set
+  fortunes                                      # text for the byte-level GPT (examples/fortunes_gpt.toml)
   python3                                       # the end-to-end tests read summary.json with it
 )
 

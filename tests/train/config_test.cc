@@ -326,6 +326,30 @@ TEST(Config, OldKeyNamesStillWorkAndWarn) {
               HasSubstr("unknown config key 'data_parallel.fusion_bytes'"));
 }
 
+TEST(Config, CompressionTakesACodecOfTheCatalog) {
+  EXPECT_EQ(parse_config("", "x.toml").data_parallel.compression, "none");
+  EXPECT_EQ(
+      parse_config("", "x.toml", {"data_parallel.compression=topk:0.01"}).data_parallel.compression,
+      "topk:0.01");
+  for (const char* bad : {"topk:0", "zip", "qsgd:1", "powersgd:0", "topk:1.5"}) {
+    EXPECT_THAT(config_error([&] {
+                  parse_config("", "x.toml", {std::string("data_parallel.compression=") + bad});
+                }),
+                AllOf(HasSubstr("'data_parallel.compression'"), HasSubstr(bad),
+                      HasSubstr("--set data_parallel.compression=")))
+        << bad;
+  }
+  // A compressed bucket is exchanged whole: ZeRO-1 (reduce-scatter) does not apply.
+  EXPECT_THAT(config_error([] {
+                parse_config("[data_parallel]\nzero_stage = 1\ncompression = \"fp16\"\n", "x.toml");
+              }),
+              AllOf(HasSubstr("'data_parallel.zero_stage' = 1"), HasSubstr("exchanged whole")));
+  EXPECT_NO_THROW(
+      parse_config("[data_parallel]\ncompression = \"powersgd:2\"\n"
+                   "error_feedback = false\n",
+                   "x.toml"));
+}
+
 TEST(Config, ResolvedTomlSaysWhichStrategyReadsASection) {
   const std::string written = to_toml(Config{});
   EXPECT_THAT(written, AllOf(HasSubstr("[data_parallel]\n# read by parallel.strategy = "

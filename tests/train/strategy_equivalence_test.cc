@@ -119,6 +119,22 @@ TEST_F(StrategyEquivalence, EveryStrategyTrainsTheSingleWorkerTrajectory) {
             c.local_sgd.period = 1;
           },
           1e-6f),
+      ranks_row(
+          "decentralized, topology full, P = 4", 4,
+          [](Config& c) {
+            c.parallel.strategy = "decentralized";
+            c.decentralized.topology = "full";
+          },
+          1e-6f),
+      // One micro-batch per step: the unsplit model's arithmetic, layer range by layer range
+      // (more micro-batches equal train.accumulate_steps = m: tests/train/pipeline_test.cc).
+      ranks_row(
+          "pipeline, 3 stages, 1F1B, 1 micro-batch", 3,
+          [](Config& c) {
+            c.parallel.strategy = "pipeline";
+            c.pipeline.micro_batches = 1;
+          },
+          0.0f),
   };
   const Config config = base_config();
   const std::vector<float> reference = single_worker(config);

@@ -28,6 +28,9 @@ TEST(ZeroPolicy, AutoReplicatesWhereShardingDoesNotApplyAndSaysWhy) {
   const ZeroDecision tree = decide_zero_stage("auto", 4, "sgd", "tree");
   EXPECT_FALSE(tree.shard);
   EXPECT_THAT(tree.reason, HasSubstr("parallel.allreduce = tree is kept"));
+  const ZeroDecision compressed = decide_zero_stage("auto", 4, "sgd", "ring", "topk:0.01");
+  EXPECT_FALSE(compressed.shard);
+  EXPECT_THAT(compressed.reason, HasSubstr("compressed buckets (topk:0.01)"));
 }
 
 TEST(ZeroPolicy, ExplicitStagesAreObeyed) {

@@ -731,6 +731,65 @@ void Communicator::point_to_point(bool is_send, void* data, std::int64_t count, 
   stats_.record(what, stats);
 }
 
+PendingMessage Communicator::post_point_to_point(bool is_send, void* data, std::int64_t count,
+                                                 DType dtype, int peer, std::uint64_t tag) {
+  const char* what = is_send ? "isend" : "irecv";
+  if (count < 0)
+    throw ShapeError(fmt::format("rank {}: {}: count {} is negative", rank(), what, count));
+  if (peer < 0 || peer >= size()) {
+    throw ConfigError(
+        fmt::format("rank {}: {}: peer {} out of range [0, {})", rank(), what, peer, size()));
+  }
+  if (tag >= kPointToPointTagLimit) {
+    throw ConfigError(fmt::format("rank {}: {}: tag {:#x} must be below 2^{}", rank(), what, tag,
+                                  kCommunicatorIdShift));
+  }
+  const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
+  PendingMessage message;
+  message.comm_ = this;
+  message.posted_ = Clock::now();
+  message.deadline_ = message.posted_ + options_.timeout;
+  message.is_send_ = is_send;
+  message.peer_ = peer;
+  message.count_ = count;
+  message.dtype_ = dtype;
+  message.tag_ = tag;
+  // The tag blocking send/recv use (point_to_point's Channel), so the two kinds match each other.
+  message.request_ = is_send ? transport_->isend(peer, kPointToPointBit | tag, data, bytes)
+                             : transport_->irecv(peer, kPointToPointBit | tag, data, bytes);
+  return message;
+}
+
+PendingMessage Communicator::isend(const void* data, std::int64_t count, DType dtype, int peer,
+                                   std::uint64_t tag) {
+  return post_point_to_point(true, const_cast<void*>(data), count, dtype, peer, tag);
+}
+
+PendingMessage Communicator::irecv(void* data, std::int64_t count, DType dtype, int peer,
+                                   std::uint64_t tag) {
+  return post_point_to_point(false, data, count, dtype, peer, tag);
+}
+
+void PendingMessage::wait() {
+  if (request_ == nullptr) return;
+  const std::unique_ptr<Request> request = std::move(request_);
+  try {
+    request->wait(deadline_);
+  } catch (const CommError&) {
+    rethrow_with(fmt::format("rank {}: {} {} rank {} ({} x {}, tag {}): ", comm_->rank(),
+                             is_send_ ? "isend" : "irecv", is_send_ ? "to" : "from", peer_, count_,
+                             dtype_name(dtype_), tag_));
+  }
+  const auto bytes =
+      static_cast<std::int64_t>(static_cast<std::size_t>(count_) * dtype_size(dtype_));
+  OpStats stats;
+  stats.calls = 1;
+  (is_send_ ? stats.bytes_sent : stats.bytes_received) = bytes;
+  (is_send_ ? stats.messages_sent : stats.messages_received) = 1;
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - posted_).count();
+  comm_->stats().record(is_send_ ? "send" : "recv", stats);
+}
+
 void Communicator::send(const void* data, std::int64_t count, DType dtype, int peer,
                         std::uint64_t tag) {
   point_to_point(true, const_cast<void*>(data), count, dtype, peer, tag);

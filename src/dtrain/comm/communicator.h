@@ -88,6 +88,38 @@ struct CollectiveOptions {
   bool check_header = true;
 };
 
+class Communicator;
+
+// A point-to-point message in flight (Communicator::isend / irecv), MPI_Request's role: the buffer
+// stays valid (and, for a send, unchanged) until wait() returns. Destroying one that was not waited
+// on cancels it (Transport's Request).
+class PendingMessage {
+ public:
+  PendingMessage() = default;
+  PendingMessage(PendingMessage&&) noexcept = default;
+  PendingMessage& operator=(PendingMessage&&) noexcept = default;
+  ~PendingMessage() = default;
+
+  bool active() const { return request_ != nullptr; }
+  // Blocks until complete (send: the buffer may be reused; receive: the message is in it), or
+  // until the deadline set when it was posted (CommTimeoutError naming this rank, the peer, the
+  // count and the tag); records the message in the communicator's stats as "send" or "recv",
+  // counting the seconds from the post. Nothing when not active; inactive afterwards.
+  void wait();
+
+ private:
+  friend class Communicator;
+  Communicator* comm_ = nullptr;
+  std::unique_ptr<Request> request_;
+  std::chrono::steady_clock::time_point posted_{};
+  std::chrono::steady_clock::time_point deadline_{};
+  bool is_send_ = false;
+  int peer_ = 0;
+  std::int64_t count_ = 0;
+  DType dtype_ = DType::kF32;
+  std::uint64_t tag_ = 0;
+};
+
 class Communicator {
  public:
   Communicator(std::shared_ptr<Transport> transport, CommOptions options = {});
@@ -121,6 +153,14 @@ class Communicator {
   // (peer, tag); never mixes with collective traffic.
   void send(const void* data, std::int64_t count, DType dtype, int peer, std::uint64_t tag = 0);
   void recv(void* data, std::int64_t count, DType dtype, int peer, std::uint64_t tag = 0);
+  // The same messages without blocking (MPI_Isend / MPI_Irecv): they match send/recv and each other
+  // by the same rules, and complete with PendingMessage::wait (deadline: now + options().timeout).
+  // A pipeline stage posts its activation send and its gradient receive together, so that two
+  // neighbours sending to each other at once (1F1B's steady state) never wait on each other.
+  PendingMessage isend(const void* data, std::int64_t count, DType dtype, int peer,
+                       std::uint64_t tag = 0);
+  PendingMessage irecv(void* data, std::int64_t count, DType dtype, int peer,
+                       std::uint64_t tag = 0);
 
   // Collective over this communicator: the ranks that pass the same color >= 0 form a new
   // communicator, ordered by (key, rank here); a negative color (kUndefinedColor) returns null.
@@ -269,6 +309,9 @@ class Communicator {
                           const CollectiveOptions& options);
   void point_to_point(bool is_send, void* data, std::int64_t count, DType dtype, int peer,
                       std::uint64_t tag);
+  // The checks of point_to_point, then the posted transport request.
+  PendingMessage post_point_to_point(bool is_send, void* data, std::int64_t count, DType dtype,
+                                     int peer, std::uint64_t tag);
 
   std::shared_ptr<Transport> transport_;
   CommOptions options_;

@@ -23,10 +23,14 @@ LowRankShape LowRankShape::of(std::int64_t n) {
 }
 
 PowerSgd::PowerSgd(std::int64_t n, int rank, std::uint64_t seed)
-    : n_(n), shape_(LowRankShape::of(n)), rank_(rank) {
+    : PowerSgd(LowRankShape::of(n), rank, seed) {
+  n_ = n;  // the near-square shape may pad past n
+}
+
+PowerSgd::PowerSgd(LowRankShape shape, int rank, std::uint64_t seed)
+    : n_(shape.rows * shape.cols), shape_(shape), rank_(rank) {
   DTRAIN_CHECK(rank >= 1 && rank <= std::min(shape_.rows, shape_.cols),
-               "PowerSGD rank {} for a {} x {} matrix ({} elements)", rank, shape_.rows,
-               shape_.cols, n);
+               "PowerSGD rank {} for a {} x {} matrix", rank, shape_.rows, shape_.cols);
   matrix_.assign(static_cast<std::size_t>(shape_.rows * shape_.cols), 0.0f);
   p_.assign(static_cast<std::size_t>(p_count()), 0.0f);
   q_.resize(static_cast<std::size_t>(q_count()));

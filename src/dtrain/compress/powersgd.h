@@ -41,6 +41,9 @@ class PowerSgd {
   // rank in [1, min(rows, cols)] of LowRankShape::of(n) (InternalError otherwise). Q starts as
   // standard normal numbers of (seed): ranks that must agree pass the same seed.
   PowerSgd(std::int64_t n, int rank, std::uint64_t seed);
+  // A tensor in its own shape (rows x cols = n, no padding): a Linear weight (out, in), a
+  // convolution's (out, in x kh x kw), as PyTorch's PowerSGD hook views them.
+  PowerSgd(LowRankShape shape, int rank, std::uint64_t seed);
 
   std::int64_t size() const { return n_; }
   std::int64_t rows() const { return shape_.rows; }

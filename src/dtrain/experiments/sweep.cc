@@ -111,10 +111,15 @@ std::vector<std::string> mode_overrides(const std::string& mode) {
     return {"parallel.strategy=\"local_sgd\"",
             fmt::format("local_sgd.period={}", mode_count(mode, 10))};
   }
+  if (mode.rfind("decentralized=", 0) == 0) {
+    // The topology's name is checked by the key (its accepted names are listed there).
+    return {"parallel.strategy=\"decentralized\"",
+            fmt::format("decentralized.topology=\"{}\"", mode.substr(14))};
+  }
   throw ConfigError(
       fmt::format("unknown sweep mode '{}'; choose data_parallel (or allreduce), sync, backup=B, "
                   "async, async/K (pull every K "
-                  "steps), ssp=S or local_sgd=H",
+                  "steps), ssp=S, local_sgd=H or decentralized=TOPOLOGY",
                   mode));
 }
 

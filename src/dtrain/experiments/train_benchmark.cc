@@ -35,6 +35,20 @@ Config benchmark_config(const std::string& model, int threads, std::int64_t batc
   config.optim.lr = 0.01;
   config.optim.momentum = 0.9;
   if (model == "lenet5") config.model.init = "xavier";
+  if (model == "gpt") {
+    // ../shared/peers/scripts/train_charlm.py's model and recipe: 4 blocks, 4 heads, width 128,
+    // context 128 bytes of Debian's fortunes, AdamW (0.9, 0.95), weight decay 0.1.
+    config.data.dataset = "text";
+    config.data.path = "/usr/share/games/fortunes";
+    config.data.block = 128;
+    config.data.text_windows = batch * kBatchesInMemory;
+    config.data.text_test_windows = 1;
+    config.optim.name = "adamw";
+    config.optim.lr = 1e-3;
+    config.optim.momentum = 0.0;
+    config.optim.beta2 = 0.95;
+    config.optim.weight_decay = 0.1;
+  }
   return config;
 }
 
@@ -91,6 +105,7 @@ std::vector<TrainBenchmarkRow> run_train_benchmark(
       row.samples_per_second_min = *std::min_element(rates.begin(), rates.end());
       row.samples_per_second_max = *std::max_element(rates.begin(), rates.end());
       row.step_ms = 1e3 * static_cast<double>(options.batch) / row.samples_per_second;
+      row.tokens_per_sample = train_set.labels_per_sample;
       if (on_row) on_row(row);
       rows.push_back(row);
     }

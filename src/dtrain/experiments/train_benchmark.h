@@ -3,7 +3,9 @@
 //
 // Every row runs the Trainer's own train_step on a synthetic data set of Fashion-MNIST's shape
 // (1, 28, 28) and 10 classes, with SGD and momentum as in ../shared/peers/scripts/train_fmnist.py,
-// so the figure is the trainer's, not a special benchmark loop's. Each row: `warmup_steps` untimed
+// so the figure is the trainer's, not a special benchmark loop's; "gpt" trains on windows of 128
+// bytes of Debian's fortunes with AdamW, as ../shared/peers/scripts/train_charlm.py does (a sample
+// is a window: tokens/s = samples/s x 128). Each row: `warmup_steps` untimed
 // steps, then `repeats` timed runs of `steps` steps; the row reports their median samples/s.
 #pragma once
 
@@ -34,6 +36,7 @@ struct TrainBenchmarkRow {
   double samples_per_second_min = 0.0;  // slowest repeat
   double samples_per_second_max = 0.0;  // fastest repeat
   double step_ms = 0.0;                 // median time per step
+  std::int64_t tokens_per_sample = 1;   // gpt: the window (tokens/s = samples/s x this)
 };
 
 // Runs one row at a time; on_row (when set) is called as each row finishes, for progress output.

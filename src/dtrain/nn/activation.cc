@@ -171,4 +171,8 @@ const tensor::Tensor& Activation::backward(const tensor::Tensor& dy, bool need_i
   return dx_;
 }
 
+std::unique_ptr<Layer> Activation::clone() const {
+  return std::make_unique<Activation>(name(), kind_, alpha_);
+}
+
 }  // namespace dtrain::nn

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -43,6 +44,7 @@ class Activation : public Layer {
   Activation(std::string name, ActivationKind kind, float alpha = 0.01f);
 
   std::string describe() const override;
+  std::unique_ptr<Layer> clone() const override;
   tensor::Shape output_shape(const tensor::Shape& input) const override { return input; }
 
   const tensor::Tensor& forward(const tensor::Tensor& x, const ForwardContext& ctx) override;

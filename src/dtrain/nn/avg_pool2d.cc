@@ -115,4 +115,11 @@ const tensor::Tensor& AvgPool2d::backward(const tensor::Tensor& dy, bool need_in
   return dx_;
 }
 
+std::unique_ptr<Layer> AvgPool2d::clone() const {
+  auto pool = std::make_unique<AvgPool2d>(name(), 1, 1);
+  pool->kernel_ = kernel_;
+  pool->stride_ = stride_;
+  return pool;
+}
+
 }  // namespace dtrain::nn

@@ -24,6 +24,7 @@ class AvgPool2d : public Layer {
   static std::unique_ptr<AvgPool2d> global(std::string name);
 
   std::string describe() const override;
+  std::unique_ptr<Layer> clone() const override;
   // (B, C, H, W) -> (B, C, OH, OW); a wrong rank or a window larger than the input is a ShapeError.
   tensor::Shape output_shape(const tensor::Shape& input) const override;
 

@@ -241,4 +241,10 @@ void GroupBatchNormReducer::reduce_gradient_sums(std::vector<double>& sum_dy,
   std::copy(buffer_.begin() + static_cast<long>(f), buffer_.end(), sum_dy_xhat.begin());
 }
 
+std::unique_ptr<Layer> BatchNorm::clone() const {
+  auto copy = std::make_unique<BatchNorm>(name(), features_, momentum_, eps_);
+  copy->reducer_ = reducer_;  // a synchronized batch norm stays synchronized in every slot
+  return copy;
+}
+
 }  // namespace dtrain::nn

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,7 @@ class BatchNorm : public Layer {
   BatchNorm(std::string name, std::int64_t features, float momentum = 0.1f, float eps = 1e-5f);
 
   std::string describe() const override;
+  std::unique_ptr<Layer> clone() const override;
   // (B, F) or (B, F, H, W) -> the same; another rank or F is a ShapeError.
   tensor::Shape output_shape(const tensor::Shape& input) const override;
   void declare(ParamStore& store) override;
@@ -97,6 +99,7 @@ class BatchNorm : public Layer {
   // Makes this a synchronized batch norm (see the header comment); null switches back. The reducer
   // must outlive its use.
   void set_reducer(BatchNormReducer* reducer) { reducer_ = reducer; }
+  BatchNormReducer* reducer() const { return reducer_; }
 
  private:
   BatchNormReducer* reducer_ = nullptr;

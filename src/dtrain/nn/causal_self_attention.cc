@@ -309,4 +309,10 @@ const tensor::Tensor& CausalSelfAttention::backward(const tensor::Tensor& dy,
 
 std::vector<Layer*> CausalSelfAttention::sublayers() { return {qkv_.get(), proj_.get()}; }
 
+std::unique_ptr<Layer> CausalSelfAttention::clone() const {
+  auto copy = std::make_unique<CausalSelfAttention>(name(), dim_, heads_, block_);
+  copy->tile_ = tile_;
+  return copy;
+}
+
 }  // namespace dtrain::nn

@@ -70,6 +70,7 @@ class CausalSelfAttention : public Layer {
                       float sigma = 0.02f);
 
   std::string describe() const override;
+  std::unique_ptr<Layer> clone() const override;
   // (B, T, d) with 1 <= T <= block -> (B, T, d).
   tensor::Shape output_shape(const tensor::Shape& input) const override;
   void declare(ParamStore& store) override;
@@ -87,6 +88,7 @@ class CausalSelfAttention : public Layer {
   std::int64_t heads() const { return heads_; }
   // For benchmarks and tests: the query tile (>= 1; >= T turns the causal skip off).
   void set_tile(std::int64_t tile);
+  std::int64_t tile() const { return tile_; }
 
  private:
   std::int64_t dim_;

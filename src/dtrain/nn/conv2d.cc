@@ -273,4 +273,9 @@ const tensor::Tensor& Conv2d::backward(const tensor::Tensor& dy, bool need_input
   return need_input_grad ? dx_ : none_;
 }
 
+std::unique_ptr<Layer> Conv2d::clone() const {
+  return std::make_unique<Conv2d>(name(), in_channels_, out_channels_, kernel_, stride_, padding_,
+                                  has_bias_, init_kind_, sigma_);
+}
+
 }  // namespace dtrain::nn

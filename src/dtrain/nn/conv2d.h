@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,7 @@ class Conv2d : public Layer {
          InitKind init = InitKind::kHe, float sigma = 0.01f);
 
   std::string describe() const override;
+  std::unique_ptr<Layer> clone() const override;
   // (B, C, H, W) -> (B, F, OH, OW); a wrong rank, a channel mismatch or a kernel larger than the
   // padded input is a ShapeError naming the layer and both shapes.
   tensor::Shape output_shape(const tensor::Shape& input) const override;

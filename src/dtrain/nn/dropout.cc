@@ -82,4 +82,6 @@ const tensor::Tensor& Dropout::backward(const tensor::Tensor& dy, bool need_inpu
   return dx_;
 }
 
+std::unique_ptr<Layer> Dropout::clone() const { return std::make_unique<Dropout>(name(), p_); }
+
 }  // namespace dtrain::nn

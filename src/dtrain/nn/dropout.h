@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "dtrain/nn/layer.h"
@@ -28,6 +29,7 @@ class Dropout : public Layer {
   Dropout(std::string name, float p);
 
   std::string describe() const override;
+  std::unique_ptr<Layer> clone() const override;
   tensor::Shape output_shape(const tensor::Shape& input) const override { return input; }
 
   const tensor::Tensor& forward(const tensor::Tensor& x, const ForwardContext& ctx) override;

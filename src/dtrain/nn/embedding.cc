@@ -105,4 +105,8 @@ const tensor::Tensor& Embedding::backward(const tensor::Tensor& dy, bool need_in
   return dx_;
 }
 
+std::unique_ptr<Layer> Embedding::clone() const {
+  return std::make_unique<Embedding>(name(), vocab_, block_, dim_, sigma_);
+}
+
 }  // namespace dtrain::nn

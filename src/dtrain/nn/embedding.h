@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ class Embedding : public Layer {
             float sigma = 0.02f);
 
   std::string describe() const override;
+  std::unique_ptr<Layer> clone() const override;
   // (B, T) with 1 <= T <= block -> (B, T, d).
   tensor::Shape output_shape(const tensor::Shape& input) const override;
   void declare(ParamStore& store) override;

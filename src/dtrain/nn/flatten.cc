@@ -31,4 +31,6 @@ const tensor::Tensor& Flatten::backward(const tensor::Tensor& dy, bool need_inpu
   return dx_;
 }
 
+std::unique_ptr<Layer> Flatten::clone() const { return std::make_unique<Flatten>(name()); }
+
 }  // namespace dtrain::nn

@@ -15,6 +15,7 @@ class Flatten : public Layer {
   explicit Flatten(std::string name) : Layer(std::move(name)) {}
 
   std::string describe() const override { return "Flatten"; }
+  std::unique_ptr<Layer> clone() const override;
   tensor::Shape output_shape(const tensor::Shape& input) const override;
 
   const tensor::Tensor& forward(const tensor::Tensor& x, const ForwardContext& ctx) override;

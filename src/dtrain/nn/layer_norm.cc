@@ -141,4 +141,8 @@ const tensor::Tensor& LayerNorm::backward(const tensor::Tensor& dy, bool need_in
   return dx_;
 }
 
+std::unique_ptr<Layer> LayerNorm::clone() const {
+  return std::make_unique<LayerNorm>(name(), dim_, eps_);
+}
+
 }  // namespace dtrain::nn

@@ -29,6 +29,7 @@ class LayerNorm : public Layer {
   LayerNorm(std::string name, std::int64_t dim, float eps = 1e-5f);
 
   std::string describe() const override;
+  std::unique_ptr<Layer> clone() const override;
   // (..., d) -> (..., d), at least 2 dimensions (the batch and d).
   tensor::Shape output_shape(const tensor::Shape& input) const override;
   void declare(ParamStore& store) override;

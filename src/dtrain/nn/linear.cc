@@ -100,4 +100,8 @@ const tensor::Tensor& Linear::backward(const tensor::Tensor& dy, bool need_input
   return dx_;
 }
 
+std::unique_ptr<Layer> Linear::clone() const {
+  return std::make_unique<Linear>(name(), in_, out_, init_kind_, sigma_);
+}
+
 }  // namespace dtrain::nn

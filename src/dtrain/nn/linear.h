@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "dtrain/nn/init.h"
@@ -36,6 +37,7 @@ class Linear : public Layer {
          InitKind init = InitKind::kHe, float sigma = 0.01f);
 
   std::string describe() const override;
+  std::unique_ptr<Layer> clone() const override;
   // (B, ..., in) -> (B, ..., out); anything else is a ShapeError naming the layer and both shapes.
   tensor::Shape output_shape(const tensor::Shape& input) const override;
   void declare(ParamStore& store) override;

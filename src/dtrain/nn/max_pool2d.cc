@@ -282,4 +282,8 @@ const tensor::Tensor& MaxPool2d::backward(const tensor::Tensor& dy, bool need_in
   return dx_;
 }
 
+std::unique_ptr<Layer> MaxPool2d::clone() const {
+  return std::make_unique<MaxPool2d>(name(), kernel_, stride_);
+}
+
 }  // namespace dtrain::nn

@@ -26,6 +26,7 @@ class MaxPool2d : public Layer {
   MaxPool2d(std::string name, std::int64_t kernel, std::int64_t stride);
 
   std::string describe() const override;
+  std::unique_ptr<Layer> clone() const override;
   // (B, C, H, W) -> (B, C, OH, OW); a wrong rank or a window larger than the input is a ShapeError.
   tensor::Shape output_shape(const tensor::Shape& input) const override;
 

@@ -1,5 +1,7 @@
 #include "dtrain/nn/model.h"
 
+#include <algorithm>
+
 #include "dtrain/base/error.h"
 
 namespace dtrain::nn {
@@ -42,21 +44,64 @@ void Model::init(std::uint64_t seed) {
   }
 }
 
-const tensor::Tensor& Model::forward(const tensor::Tensor& x, const ForwardContext& ctx) {
+const tensor::Tensor& Model::forward(const tensor::Tensor& x, const ForwardContext& ctx,
+                                     const LayerHook& before_layer) {
+  return forward_range(x, ctx, LayerRange{0, layers_.size()}, before_layer);
+}
+
+void Model::backward(const tensor::Tensor& dy, const LayerHook& after_layer) {
+  backward_range(dy, LayerRange{0, layers_.size()}, 0, /*input_grad=*/false, after_layer);
+}
+
+const tensor::Tensor& Model::forward_range(const tensor::Tensor& x, const ForwardContext& ctx,
+                                           LayerRange range, const LayerHook& before_layer) {
   if (!built_) throw InternalError("Model::forward before build()");
+  DTRAIN_CHECK(range.begin < range.end && range.end <= layers_.size(),
+               "layer range [{}, {}) of a {}-layer model", range.begin, range.end, layers_.size());
+  DTRAIN_CHECK(ctx.slot < slots(), "forward in slot {} of {} (Model::reserve_slots)", ctx.slot,
+               slots());
+  auto& layers = ctx.slot == 0 ? layers_ : replicas_[ctx.slot - 1];
   const tensor::Tensor* h = &x;
-  for (auto& layer : layers_) h = &layer->forward(*h, ctx);
+  for (std::size_t i = range.begin; i < range.end; ++i) {
+    if (before_layer) before_layer(i);
+    h = &layers[i]->forward(*h, ctx);
+  }
   return *h;
 }
 
-void Model::backward(const tensor::Tensor& dy,
-                     const std::function<void(std::size_t layer)>& after_layer) {
+const tensor::Tensor& Model::backward_range(const tensor::Tensor& dy, LayerRange range,
+                                            std::size_t slot, bool input_grad,
+                                            const LayerHook& after_layer) {
+  DTRAIN_CHECK(range.begin < range.end && range.end <= layers_.size(),
+               "layer range [{}, {}) of a {}-layer model", range.begin, range.end, layers_.size());
+  DTRAIN_CHECK(slot < slots(), "backward in slot {} of {} (Model::reserve_slots)", slot, slots());
+  auto& layers = slot == 0 ? layers_ : replicas_[slot - 1];
   // Layers up to the first one with parameters need no input gradient: nothing below them learns.
-  // For an MLP that skips fc1's dx = dy W product, a third of fc1's backward FLOPs.
+  // For an MLP that skips fc1's dx = dy W product, a third of fc1's backward FLOPs. A stage that
+  // sends its input gradient on (input_grad) runs all of its layers instead.
+  const std::size_t lowest = input_grad ? range.begin : std::max(range.begin, first_trainable_);
   const tensor::Tensor* g = &dy;
-  for (std::size_t i = layers_.size(); i-- > first_trainable_;) {
-    g = &layers_[i]->backward(*g, /*need_input_grad=*/i > first_trainable_);
+  for (std::size_t i = range.end; i-- > lowest;) {
+    g = &layers[i]->backward(*g, /*need_input_grad=*/i > lowest || input_grad);
     if (after_layer) after_layer(i);
+  }
+  return input_grad ? *g : none_;
+}
+
+void Model::reserve_slots(std::size_t slots) {
+  if (!built_) throw InternalError("Model::reserve_slots before build()");
+  while (replicas_.size() + 1 < slots) {
+    std::vector<std::unique_ptr<Layer>> replica;
+    // Declared into a scratch store in the original order, each replica gets the tensor indices
+    // its original got, and then binds to the model's store: the same parameters and gradients.
+    ParamStore scratch;
+    for (const auto& layer : layers_) {
+      replica.push_back(layer->clone());
+      replica.back()->declare(scratch);
+    }
+    DTRAIN_CHECK_EQ(scratch.param_entries().size(), store_.param_entries().size());
+    for (auto& layer : replica) layer->bind(store_);
+    replicas_.push_back(std::move(replica));
   }
 }
 

@@ -159,4 +159,18 @@ std::vector<Layer*> ResidualBlock::sublayers() {
   return out;
 }
 
+std::unique_ptr<Layer> ResidualBlock::clone() const {
+  // The init arguments do not matter: a replica shares the parameters and is never init()ed.
+  auto copy = std::make_unique<ResidualBlock>(name(), in_channels_, out_channels_, stride_);
+  // Synchronized batch norms stay synchronized in every slot.
+  auto source = const_cast<ResidualBlock*>(this)->sublayers();
+  auto target = copy->sublayers();
+  for (std::size_t i = 0; i < source.size(); ++i) {
+    if (auto* bn = dynamic_cast<BatchNorm*>(source[i])) {
+      dynamic_cast<BatchNorm&>(*target[i]).set_reducer(bn->reducer());
+    }
+  }
+  return copy;
+}
+
 }  // namespace dtrain::nn

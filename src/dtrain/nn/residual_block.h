@@ -33,6 +33,7 @@ class ResidualBlock : public Layer {
                 std::int64_t stride = 1, InitKind init = InitKind::kHe, float sigma = 0.01f);
 
   std::string describe() const override;
+  std::unique_ptr<Layer> clone() const override;
   tensor::Shape output_shape(const tensor::Shape& input) const override;
   void declare(ParamStore& store) override;
   void bind(ParamStore& store) override;

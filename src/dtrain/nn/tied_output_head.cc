@@ -74,4 +74,8 @@ const tensor::Tensor& TiedOutputHead::backward(const tensor::Tensor& dy, bool ne
   return dx_;
 }
 
+std::unique_ptr<Layer> TiedOutputHead::clone() const {
+  return std::make_unique<TiedOutputHead>(name(), tied_name_, dim_, vocab_);
+}
+
 }  // namespace dtrain::nn

@@ -29,6 +29,7 @@ class TiedOutputHead : public Layer {
   TiedOutputHead(std::string name, std::string tied_name, std::int64_t dim, std::int64_t vocab);
 
   std::string describe() const override;
+  std::unique_ptr<Layer> clone() const override;
   // (B, ..., d) -> (B, ..., V).
   tensor::Shape output_shape(const tensor::Shape& input) const override;
   void bind(ParamStore& store) override;
@@ -37,6 +38,7 @@ class TiedOutputHead : public Layer {
   const tensor::Tensor& backward(const tensor::Tensor& dy, bool need_input_grad) override;
 
   const std::string& tied_name() const { return tied_name_; }
+  std::vector<std::string> borrowed_params() const override { return {tied_name_}; }
   // The shared weight and gradient (views into the store), valid after bind(): (V, d).
   const tensor::Tensor& weight() const { return weight_; }
 

@@ -86,4 +86,11 @@ std::vector<Layer*> TransformerBlock::sublayers() {
   return {ln1_.get(), attn_.get(), ln2_.get(), fc_.get(), gelu_.get(), out_.get()};
 }
 
+std::unique_ptr<Layer> TransformerBlock::clone() const {
+  // sigma does not matter: a replica shares the parameters and is never init()ed.
+  auto copy = std::make_unique<TransformerBlock>(name(), dim_, heads_, block_);
+  copy->attn_->set_tile(attn_->tile());
+  return copy;
+}
+
 }  // namespace dtrain::nn

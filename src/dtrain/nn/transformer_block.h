@@ -33,6 +33,7 @@ class TransformerBlock : public Layer {
                    float sigma = 0.02f);
 
   std::string describe() const override;
+  std::unique_ptr<Layer> clone() const override;
   // (B, T, d) with 1 <= T <= block -> (B, T, d).
   tensor::Shape output_shape(const tensor::Shape& input) const override;
   void declare(ParamStore& store) override;

@@ -15,6 +15,8 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/comm/algorithms/algorithms.h"
+#include "dtrain/comm/topology.h"
+#include "dtrain/compress/codec_spec.h"
 #include "dtrain/data/load.h"
 #include "dtrain/train/straggler.h"
 #include "dtrain/train/strategy_registry.h"
@@ -23,9 +25,9 @@ namespace dtrain::train {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-const char* const kSections[] = {"model",    "data",     "train",         "optim",
-                                 "schedule", "parallel", "data_parallel", "parameter_server",
-                                 "local_sgd"};
+const char* const kSections[] = {"model",     "data",          "train",         "optim",
+                                 "schedule",  "parallel",      "data_parallel", "parameter_server",
+                                 "local_sgd", "decentralized", "pipeline"};
 
 // Keys that moved or were renamed: the old "section.key" still works and warns (Config::notes).
 // Errors name a key as the user wrote it.
@@ -110,6 +112,12 @@ std::vector<Field> fields(Config& c) {
   auto& dp = c.data_parallel;
   auto& ps = c.parameter_server;
   auto& l = c.local_sgd;
+  auto& dc = c.decentralized;
+  auto& pl = c.pipeline;
+  std::vector<std::string> topologies;
+  for (const comm::TopologyKind kind : comm::topology_kinds()) {
+    topologies.emplace_back(comm::topology_name(kind));
+  }
   std::vector<std::string> strategies;
   for (const StrategyInfo& info : strategy_registry()) strategies.emplace_back(info.name);
   std::vector<std::string> algorithms;
@@ -357,6 +365,23 @@ std::vector<Field> fields(Config& c) {
        {"auto", "true", "false"}},
       {"data_parallel", "sync_batch_norm", &dp.sync_batch_norm,
        "batch-norm statistics over all ranks (default: each rank's own)"},
+      {"data_parallel", "compression", &dp.compression,
+       "gradient compression of each bucket (docs/COMPRESSION.md): none, fp16, bf16, sign, "
+       "qsgd:<bits 2..16>, topk:<ratio or k>, randomk:<ratio or k>, powersgd:<rank>"},
+      {"data_parallel",
+       "error_feedback",
+       &dp.error_feedback,
+       "add what compression left out to the next step's gradient (auto: on for topk, randomk, "
+       "sign, powersgd; off for fp16, bf16, qsgd)",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"auto", "true", "false"}},
+      int_at_least("data_parallel", "compression_warmup_steps", &dp.compression_warmup_steps,
+                   "steps whose gradients go exact (f32 allreduce) before the codec starts "
+                   "(PyTorch PowerSGD's start_powerSGD_iter)",
+                   0),
 
       {"parameter_server", "servers", &ps.servers,
        "parameter-server ranks (besides parallel.workers workers)", 1, 1024},
@@ -389,6 +414,43 @@ std::vector<Field> fields(Config& c) {
                    "the run's first steps average after every step before "
                    "local steps begin (PyTorch PostLocalSGD's start_localSGD_iter)",
                    0),
+
+      {"decentralized", "topology", &dc.topology,
+       "the graph each rank averages its parameters over every step (docs/DECENTRALIZED.md; "
+       "torus needs P = rows x cols with rows, cols >= 2; full = allreduce average)",
+       -kInf, kInf, false, false, topologies},
+      int_at_least("decentralized", "global_average_every", &dc.global_average_every,
+                   "H: every H-th step averages the replicas over all ranks (allreduce) instead "
+                   "of gossiping (0 = never)",
+                   0),
+      int_at_least("pipeline", "micro_batches", &pl.micro_batches,
+                   "m: each step's batch is cut into m micro-batches that flow through the "
+                   "stages (bubble (p-1)/(m+p-1); the same update as train.accumulate_steps = m)",
+                   1),
+      {"pipeline",
+       "schedule",
+       &pl.schedule,
+       "gpipe: all forwards, then all backwards (m micro-batches of activations per stage); "
+       "1f1b: one forward one backward (PipeDream-flush, at most p in flight)",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"gpipe", "1f1b"}},
+      {"pipeline",
+       "partition",
+       &pl.partition,
+       "how the layers are cut into parallel.workers stages: layers (equal counts) or balanced "
+       "(equal measured forward + backward time)",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"layers", "balanced"}},
+      {"decentralized", "overlap", &dc.overlap,
+       "gossip the pre-step parameters while forward and backward run (Lian et al.'s D-PSGD: x "
+       "<- W x - lr g(x)); false: local step, then gossip (x <- W (x - lr g(x)); with topology "
+       "full that is synchronous data parallelism)"},
   };
 }
 
@@ -900,13 +962,33 @@ void validate_impl(const Config& config, const Provenance& provenance,
         "pull every step (their guarantees are about what a step computes on)",
         key("parameter_server.pull_every"), ps.pull_every, where("parameter_server.pull_every")));
   }
-  if ((strategy == "parameter_server" || strategy == "local_sgd") && dp.sync_batch_norm) {
+  if ((strategy == "parameter_server" || strategy == "local_sgd" || strategy == "decentralized" ||
+       strategy == "pipeline") &&
+      dp.sync_batch_norm) {
     throw ConfigError(fmt::format(
         "config key '{}' = true ({}) is for data_parallel training; parallel.strategy = \"{}\" "
         "keeps batch-norm statistics per rank ({})",
         key("data_parallel.sync_batch_norm"), where("data_parallel.sync_batch_norm"), strategy,
         strategy == "parameter_server" ? "parameter servers hold only the trained parameters"
-                                       : "local SGD averages them with the parameters"));
+        : strategy == "local_sgd"      ? "local SGD averages them with the parameters"
+        : strategy == "pipeline"       ? "a pipeline stage normalizes each micro-batch alone"
+                                       : "decentralized SGD mixes them with the parameters"));
+  }
+  if (strategy == "pipeline") {
+    const auto& pl = config.pipeline;
+    if (config.train.accumulate_steps > 1) {
+      throw ConfigError(fmt::format(
+          "config key 'train.accumulate_steps' = {} ({}) does not go with parallel.strategy = "
+          "\"pipeline\": the pipeline cuts each batch into pipeline.micro_batches = {} itself; "
+          "set pipeline.micro_batches instead (the same update)",
+          config.train.accumulate_steps, where("train.accumulate_steps"), pl.micro_batches));
+    }
+    if (pl.micro_batches > config.train.batch_size) {
+      throw ConfigError(fmt::format(
+          "config key 'pipeline.micro_batches' = {} ({}) is more than train.batch_size = {}: "
+          "each micro-batch needs at least one sample",
+          pl.micro_batches, where("pipeline.micro_batches"), config.train.batch_size));
+    }
   }
   if (strategy == "parameter_server" && config.optim.name == "lars") {
     throw ConfigError(fmt::format(
@@ -929,6 +1011,21 @@ void validate_impl(const Config& config, const Provenance& provenance,
         "data_parallel); "
         "parallel.strategy = \"{}\" has none (set it to false or \"auto\")",
         key("data_parallel.sum_in_update"), where("data_parallel.sum_in_update"), strategy));
+  }
+  try {
+    compress::parse_codec(dp.compression);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("config key '{}' = \"{}\" ({}): {}",
+                                  key("data_parallel.compression"), dp.compression,
+                                  where("data_parallel.compression"), e.what()));
+  }
+  if (dp.compression != "none" && dp.zero_stage == "1") {
+    throw ConfigError(fmt::format(
+        "config keys '{}' = 1 ({}) and 'data_parallel.compression' = \"{}\" ({}) do not go "
+        "together: a compressed bucket is exchanged whole, not reduce-scattered; set zero_stage "
+        "= 0 or \"auto\"",
+        key("data_parallel.zero_stage"), where("data_parallel.zero_stage"), dp.compression,
+        where("data_parallel.compression")));
   }
   if (dp.zero_stage == "1" && config.optim.name == "lars") {
     throw ConfigError(fmt::format(
@@ -1018,6 +1115,8 @@ std::vector<std::string> ignored_settings(const Config& config) {
   // local_sgd reads the allreduce settings of its parameter averages but not these.
   section_note("data_parallel", config.data_parallel == DataParallelSection{});
   section_note("local_sgd", config.local_sgd == LocalSgdSection{});
+  section_note("decentralized", config.decentralized == DecentralizedSection{});
+  section_note("pipeline", config.pipeline == PipelineSection{});
   const ScheduleSection& s = config.schedule;
   if (s.warmup == "gradual" && (s.scaling == "none" || config.train.batch_size == s.base_batch)) {
     ignored.push_back(fmt::format(

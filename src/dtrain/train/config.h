@@ -146,6 +146,11 @@ struct DataParallelSection {
   std::string sum_in_update = "auto";  // ZeRO-1: sum the shards inside the update: auto|true|false
                                        // (fused_update_policy.h)
   bool sync_batch_norm = false;        // batch-norm statistics over all ranks
+  // A codec of compress/ applied to each gradient bucket (docs/COMPRESSION.md): none | fp16 |
+  // bf16 | sign | qsgd:B | topk:R | randomk:R | powersgd:R.
+  std::string compression = "none";
+  std::string error_feedback = "auto";        // auto (the codec's default) | true | false
+  std::int64_t compression_warmup_steps = 0;  // steps exchanged exactly before the codec starts
   bool operator==(const DataParallelSection&) const = default;
 };
 
@@ -169,6 +174,25 @@ struct LocalSgdSection {
   bool operator==(const LocalSgdSection&) const = default;
 };
 
+// [decentralized]: parallel.strategy = "decentralized" (strategies/decentralized/
+// decentralized_sgd.h, docs/DECENTRALIZED.md): each rank keeps its own replica, takes a local step
+// and averages its parameters with its neighbours in `topology` every step (D-PSGD).
+struct DecentralizedSection {
+  std::string topology = "one-peer-exponential";  // a comm::parse_topology name
+  std::int64_t global_average_every = 0;          // H: a global average every H steps; 0 = never
+  bool overlap = false;  // gossip the pre-step parameters during forward/backward (Lian et al.)
+  bool operator==(const DecentralizedSection&) const = default;
+};
+
+// [pipeline], read by parallel.strategy = "pipeline" (strategies/pipeline/pipeline_strategy.h,
+// docs/PIPELINE.md): parallel.workers stages, each step's batch cut into micro_batches.
+struct PipelineSection {
+  std::int64_t micro_batches = 4;    // m: micro-batches per step (bubble (p-1)/(m+p-1))
+  std::string schedule = "1f1b";     // gpipe | 1f1b
+  std::string partition = "layers";  // layers (equal counts) | balanced (measured layer times)
+  bool operator==(const PipelineSection&) const = default;
+};
+
 struct Config {
   ModelSection model;
   DataSection data;
@@ -179,6 +203,8 @@ struct Config {
   DataParallelSection data_parallel;
   ParameterServerSection parameter_server;
   LocalSgdSection local_sgd;
+  DecentralizedSection decentralized;
+  PipelineSection pipeline;
   // Sentences about how the text was written rather than what the run does (an old key name that
   // still works): printed with ignored_settings(). Two configs that train the same compare equal
   // whatever their notes.

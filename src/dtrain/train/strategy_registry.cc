@@ -4,9 +4,11 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/train/strategies/data_parallel/data_parallel_strategy.h"
+#include "dtrain/train/strategies/decentralized/decentralized_sgd.h"
 #include "dtrain/train/strategies/hogwild/hogwild_run.h"
 #include "dtrain/train/strategies/local_sgd/local_sgd.h"
 #include "dtrain/train/strategies/parameter_server/ps_run.h"
+#include "dtrain/train/strategies/pipeline/pipeline_strategy.h"
 #include "dtrain/train/strategies/single_worker.h"
 #include "dtrain/train/trainer.h"
 
@@ -50,6 +52,20 @@ std::vector<StrategyInfo> make_registry() {
       "(local SGD)",
       "docs/LOCAL_SGD.md", replicas<LocalSgd>, nullptr, nullptr, nullptr,
       /*pin_ranks=*/true});
+  // run_rank only hands the strategy the run's test set (each replica's accuracy at the end); a
+  // Trainer built with `make` trains the same without that list.
+  registry.push_back(StrategyInfo{
+      "decentralized",
+      "each rank keeps its own replica and, every step, averages it with its neighbours in "
+      "decentralized.topology (D-PSGD)",
+      "docs/DECENTRALIZED.md", replicas<DecentralizedSgd>, nullptr, run_decentralized_rank, nullptr,
+      /*pin_ranks=*/true});
+  registry.push_back(
+      StrategyInfo{"pipeline",
+                   "pipeline parallelism: the layers cut into one stage per rank, each batch in "
+                   "pipeline.micro_batches micro-batches (GPipe, 1F1B)",
+                   "docs/PIPELINE.md", replicas<Pipeline>, nullptr, nullptr, nullptr,
+                   /*pin_ranks=*/true});
   return registry;
 }
 

@@ -1,6 +1,7 @@
 // dtrain bench: measured figures, printed as a table or as JSON rows.
 //   dtrain bench train   training samples/s per model and thread count (train/train_benchmark.h)
 //   dtrain bench gemm    tensor::gemm GFLOP/s at 1024^3 and at the training step's shapes
+//   dtrain bench compression  encode + decode time of each gradient codec beside memcpy
 //   dtrain bench scaling training speedup over one worker, worker counts alternating in one
 //                        process so that the host's noise cancels (train/scaling_benchmark.h)
 //   dtrain bench collectives  time, algbw and busbw per collective x algorithm x P x size
@@ -21,6 +22,7 @@
 #include "dtrain/base/error.h"
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/experiments/collective_benchmark.h"
+#include "dtrain/experiments/compression_benchmark.h"
 #include "dtrain/experiments/gemm_benchmark.h"
 #include "dtrain/experiments/scaling_benchmark.h"
 #include "dtrain/experiments/train_benchmark.h"
@@ -34,15 +36,19 @@ void run_bench_train(const experiments::TrainBenchmarkOptions& options, bool jso
       experiments::run_train_benchmark(options, [&](const experiments::TrainBenchmarkRow& row) {
         if (json) return;
         if (!header_printed) {
-          fmt::print("{:<8} {:>7} {:>6} {:>10} {:>14} {:>22} {:>9}\n", "model", "threads", "batch",
-                     "params", "samples/s", "[min - max]", "step ms");
+          fmt::print("{:<8} {:>7} {:>6} {:>10} {:>14} {:>22} {:>9} {:>10}\n", "model", "threads",
+                     "batch", "params", "samples/s", "[min - max]", "step ms", "tokens/s");
           header_printed = true;
         }
-        fmt::print("{:<8} {:>7} {:>6} {:>10} {:>14.0f} {:>22} {:>9.3f}\n", row.model, row.threads,
-                   row.batch, row.parameters, row.samples_per_second,
+        fmt::print("{:<8} {:>7} {:>6} {:>10} {:>14.0f} {:>22} {:>9.3f} {:>10}\n", row.model,
+                   row.threads, row.batch, row.parameters, row.samples_per_second,
                    fmt::format("[{:.0f} - {:.0f}]", row.samples_per_second_min,
                                row.samples_per_second_max),
-                   row.step_ms);
+                   row.step_ms,
+                   row.tokens_per_sample > 1
+                       ? fmt::format("{:.0f}", row.samples_per_second *
+                                                   static_cast<double>(row.tokens_per_sample))
+                       : std::string("-"));
         std::fflush(stdout);
       });
   if (!json) return;
@@ -58,7 +64,9 @@ void run_bench_train(const experiments::TrainBenchmarkOptions& options, bool jso
                    {"samples_per_second", row.samples_per_second},
                    {"samples_per_second_min", row.samples_per_second_min},
                    {"samples_per_second_max", row.samples_per_second_max},
-                   {"step_ms", row.step_ms}});
+                   {"step_ms", row.step_ms},
+                   {"tokens_per_second",
+                    row.samples_per_second * static_cast<double>(row.tokens_per_sample)}});
   }
   fmt::print("{}\n", out.dump(2));
 }
@@ -142,6 +150,38 @@ void run_bench_gemm(const std::vector<int>& thread_counts, int repeats, bool jso
                    {"k", row.k},
                    {"threads", row.threads},
                    {"gflops", row.gflops}});
+  }
+  fmt::print("{}\n", out.dump(2));
+}
+
+// Codec cost on one core beside memcpy (experiments/compression_benchmark.h).
+void run_bench_compression(const std::vector<std::string>& codecs, std::int64_t elements,
+                           int repeats, bool json) {
+  experiments::check_compression_benchmark(codecs, elements, repeats);
+  if (!json) {
+    fmt::print("{} elements ({:.1f} MiB) on one core; bound: memcpy of the same bytes\n", elements,
+               static_cast<double>(elements) * 4.0 / (1 << 20));
+    fmt::print("{:<14} {:>10} {:>10} {:>10} {:>12} {:>8} {:>10}\n", "codec", "encode ms",
+               "decode ms", "total ms", "payload B", "ratio", "x memcpy");
+  }
+  const auto rows = experiments::run_compression_benchmark(
+      codecs, elements, repeats, [json](const experiments::CompressionBenchmarkRow& row) {
+        if (json) return;
+        fmt::print("{:<14} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.0f} {:>8.1f} {:>10.2f}\n", row.codec,
+                   row.encode_ms, row.decode_ms, row.encode_ms + row.decode_ms, row.payload_bytes,
+                   row.ratio, row.vs_memcpy);
+      });
+  if (!json) return;
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& row : rows) {
+    out.push_back({{"bench", "compression"},
+                   {"codec", row.codec},
+                   {"elements", row.elements},
+                   {"encode_ms", row.encode_ms},
+                   {"decode_ms", row.decode_ms},
+                   {"payload_bytes", row.payload_bytes},
+                   {"ratio", row.ratio},
+                   {"vs_memcpy", row.vs_memcpy}});
   }
   fmt::print("{}\n", out.dump(2));
 }
@@ -245,13 +285,18 @@ Command add_bench_command(CLI::App& app) {
     std::vector<std::string> collective_sizes;
     std::string collective_segment;
     bool collective_no_pin = false;
+    std::vector<std::string> codecs{"fp16",   "bf16",      "sign",         "qsgd:4",
+                                    "qsgd:8", "topk:0.01", "randomk:0.01", "powersgd:2"};
+    std::int64_t codec_elements = std::int64_t{1} << 20;
+    int codec_repeats = 5;
     bool json = false;
   };
   auto flags = std::make_shared<Flags>();
   CLI::App* bench = app.add_subcommand(
       "bench",
       "Measures speed: training samples/s (`dtrain bench train`), the speedup of more workers "
-      "(`dtrain bench scaling`), GEMM GFLOP/s (`dtrain bench gemm`) or collectives' bandwidth "
+      "(`dtrain bench scaling`), GEMM GFLOP/s (`dtrain bench gemm`), gradient codecs' cost "
+      "(`dtrain bench compression`) or collectives' bandwidth "
       "(`dtrain bench collectives`). Figures are medians of repeated runs; see "
       "docs/PERFORMANCE.md for the recorded ones and the peers' figures.");
   bench->require_subcommand(1);
@@ -261,7 +306,10 @@ Command add_bench_command(CLI::App& app) {
       "Training samples/s (forward, loss, backward, SGD-momentum step; data already in memory) "
       "for each model x thread count, using the trainer's own step.\n"
       "Example: dtrain bench train --models mlp,lenet5 --threads 1,2 --json");
-  train_cmd->add_option("--models", flags->train.models, "model names (mlp, lenet5, resnet)")
+  train_cmd
+      ->add_option("--models", flags->train.models,
+                   "model names (mlp, lenet5, resnet; gpt: the byte-level transformer on "
+                   "fortunes, with --batch 32 as PyTorch's peer)")
       ->delimiter(',')
       ->capture_default_str();
   train_cmd->add_option("--threads", flags->train.threads, "compute thread counts")
@@ -283,7 +331,7 @@ Command add_bench_command(CLI::App& app) {
       "process in alternating phases (round r: each count in turn for --steps steps; a hogwild "
       "config: one epoch), so that the machine's changing load hits all counts alike; speedup "
       "= median over rounds of the same-round ratio. The config's data parallelism "
-      "(parallel.strategy = \"allreduce\": the trainer's own step, ranks as threads as in "
+      "(parallel.strategy = \"data_parallel\": the trainer's own step, ranks as threads as in "
       "`dtrain train --workers W`) or Hogwild! threads.\n"
       "Examples:\n"
       "  dtrain bench scaling --config examples/fashion_mlp.toml --workers 1,2\n"
@@ -320,6 +368,21 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(at_least(1));
   gemm_cmd->add_flag("--json", flags->json, "print a JSON list of rows instead of a table");
+
+  CLI::App* compression_cmd = bench->add_subcommand(
+      "compression",
+      "Encode and decode time of each gradient codec (docs/COMPRESSION.md) on one core, its "
+      "payload and ratio, beside memcpy of the same buffer measured in the same run.\n"
+      "Example: dtrain bench compression --codecs fp16,topk:0.01,powersgd:2 --elements 1048576");
+  compression_cmd->add_option("--codecs", flags->codecs, "codec specs")
+      ->delimiter(',')
+      ->capture_default_str();
+  compression_cmd
+      ->add_option("--elements", flags->codec_elements, "gradient elements (default 2^20: 4 MiB)")
+      ->capture_default_str();
+  compression_cmd->add_option("--repeats", flags->codec_repeats, "timed repeats (median reported)")
+      ->capture_default_str();
+  compression_cmd->add_flag("--json", flags->json, "print a JSON list of rows instead of a table");
 
   CLI::App* coll_cmd = bench->add_subcommand(
       "collectives",
@@ -364,7 +427,11 @@ Command add_bench_command(CLI::App& app) {
                      "pins them anyway)");
   coll_cmd->add_flag("--json", flags->json, "print a JSON list of rows instead of a table");
 
-  return Command{bench, [flags, train_cmd, scaling_cmd, gemm_cmd, coll_cmd] {
+  return Command{bench, [flags, train_cmd, scaling_cmd, gemm_cmd, compression_cmd, coll_cmd] {
+                   if (compression_cmd->parsed()) {
+                     run_bench_compression(flags->codecs, flags->codec_elements,
+                                           flags->codec_repeats, flags->json);
+                   }
                    for (int t : flags->train.threads) {
                      if (t < 1) throw ConfigError(fmt::format("--threads: {} is not >= 1", t));
                    }

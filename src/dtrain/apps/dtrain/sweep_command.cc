@@ -25,6 +25,7 @@ struct SweepFlags {
   std::string workers;
   std::string allreduce;
   std::string modes;
+  std::string compression;
   std::string straggler;
   std::vector<std::string> grid;
   std::int64_t epochs = 0;
@@ -34,7 +35,7 @@ struct SweepFlags {
 constexpr const char* kSweepHelp =
     R"(Trains one run per point of a grid of config values and compares them.
 
-The grid's axes are --workers, --allreduce, --modes and any config key with --grid KEY=V1,V2,...; the runs
+The grid's axes are --workers, --allreduce, --compression, --modes and any config key with --grid KEY=V1,V2,...; the runs
 are their cross product, one after another, each in its own run folder under --out. The table gives
 training seconds per epoch, samples/s, speedup and scaling efficiency over the one-worker run at the
 same point, time to each accuracy target (training seconds), bytes sent per rank and step, and the
@@ -45,7 +46,9 @@ sweep.json. So that rows compare like for like, data_parallel.zero_stage = "auto
 --modes compares ways of training under the same conditions (for example --straggler):
 data_parallel (or allreduce), sync (parameter servers, bsp), backup=B (bsp using the first workers - B gradients),
 async (Downpour; async/K pulls every K steps), ssp=S (staleness bound S; docs/PS.md) and
-local_sgd=H (average the replicas every H steps; docs/LOCAL_SGD.md).)";
+local_sgd=H (average the replicas every H steps; docs/LOCAL_SGD.md) and decentralized=TOPOLOGY
+(each rank averages with its neighbours in ring, torus, exponential, one-peer-exponential or full
+every step; docs/DECENTRALIZED.md).)";
 
 constexpr const char* kSweepFooter = R"(
 Examples:
@@ -54,7 +57,9 @@ Examples:
       --grid data_parallel.bucket_bytes=0,1048576 --grid data_parallel.overlap=true,false --epochs 1
   dtrain sweep --config examples/fashion_mlp_ps.toml --workers 3 --straggler rank=2,slowdown=3 \
       --modes data_parallel,sync,backup=1,async,ssp=3
-  dtrain sweep --config examples/fashion_mlp.toml --workers 2 --modes data_parallel,local_sgd=4,local_sgd=16)";
+  dtrain sweep --config examples/fashion_mlp.toml --workers 2 --modes data_parallel,local_sgd=4,local_sgd=16
+  dtrain sweep --config examples/fashion_mlp.toml --workers 8 --epochs 2 \
+      --modes data_parallel,decentralized=one-peer-exponential,decentralized=ring)";
 
 int run_sweep_command(const SweepFlags& flags) {
   std::vector<std::string> overrides = flags.sets;
@@ -68,6 +73,9 @@ int run_sweep_command(const SweepFlags& flags) {
     axes.push_back(experiments::parse_sweep_axis("parallel.workers=" + flags.workers));
   if (!flags.allreduce.empty()) {
     axes.push_back(experiments::parse_sweep_axis("parallel.allreduce=" + flags.allreduce));
+  }
+  if (!flags.compression.empty()) {
+    axes.push_back(experiments::parse_sweep_axis("data_parallel.compression=" + flags.compression));
   }
   if (!flags.modes.empty()) {
     axes.push_back(
@@ -146,6 +154,10 @@ Command add_sweep_command(CLI::App& app) {
       ->type_name("N,N,...");
   sub->add_option("--allreduce", flags->allreduce, "axis: allreduce algorithms, e.g. ring,tree")
       ->type_name("ALG,ALG,...");
+  sub->add_option("--compression", flags->compression,
+                  "axis: gradient codecs, e.g. none,fp16,topk:0.01,powersgd:2 "
+                  "(docs/COMPRESSION.md)")
+      ->type_name("CODEC,CODEC,...");
   sub->add_option("--modes", flags->modes,
                   "axis: ways of training, e.g. data_parallel,sync,backup=1,async,ssp=3");
   sub->add_option("--straggler", flags->straggler,

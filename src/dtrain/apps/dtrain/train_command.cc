@@ -34,6 +34,7 @@ struct TrainFlags {
   bool no_overlap = false;
   std::string zero_stage;
   std::string sum_in_update;
+  std::string compression;
   bool sync_bn = false;
   std::string straggler;
   std::int64_t servers = 0;
@@ -43,6 +44,9 @@ struct TrainFlags {
   std::int64_t pull_every = 0;
   std::int64_t backup_workers = -1;
   std::int64_t period = 0;
+  std::int64_t micro_batches = 0;
+  std::string schedule;
+  std::string topology;
   bool quiet = false;
 };
 
@@ -62,6 +66,8 @@ Examples:
   dtrain train --config examples/fashion_mlp.toml --workers 2 --no-overlap --bucket-bytes 0
   dtrain train --config examples/fashion_mlp.toml --workers 2 --zero-stage 1
                                                      # ZeRO-1: each rank updates half the model
+  dtrain train --config examples/fashion_mlp.toml --workers 2 --compression topk:0.01
+                                                     # send 1% of each gradient bucket
   dtrain train --config examples/hogwild_sparse.toml --strategy hogwild --workers 2
                                                      # Hogwild!: 2 threads, no locks
   dtrain train --config examples/fashion_mlp.toml --strategy parameter_server --consistency async \
@@ -71,6 +77,9 @@ Examples:
                                                      # sync SGD using the first 3 of 4 gradients
   dtrain train --config examples/fashion_mlp.toml --strategy local_sgd --period 4 --workers 2
                                                      # local SGD: average every 4 steps
+  dtrain train --config examples/fashion_mlp.toml --strategy decentralized \
+               --topology one-peer-exponential --workers 8
+                                                     # D-PSGD: one neighbour per step
 
 Each strategy reads its own config section ([data_parallel], [parameter_server], [local_sgd]);
 `dtrain config` lists them. Data parallelism: train.batch_size is the global batch, split over the ranks; gradients are
@@ -124,7 +133,19 @@ int run_train(const TrainFlags& flags) {
     overrides.push_back(fmt::format("data_parallel.sum_in_update=\"{}\"", flags.sum_in_update));
   }
   if (flags.sync_bn) overrides.push_back("data_parallel.sync_batch_norm=true");
+  if (!flags.compression.empty()) {
+    overrides.push_back(fmt::format("data_parallel.compression=\"{}\"", flags.compression));
+  }
   if (flags.period > 0) overrides.push_back(fmt::format("local_sgd.period={}", flags.period));
+  if (flags.micro_batches > 0) {
+    overrides.push_back(fmt::format("pipeline.micro_batches={}", flags.micro_batches));
+  }
+  if (!flags.schedule.empty()) {
+    overrides.push_back(fmt::format("pipeline.schedule=\"{}\"", flags.schedule));
+  }
+  if (!flags.topology.empty()) {
+    overrides.push_back(fmt::format("decentralized.topology=\"{}\"", flags.topology));
+  }
   if (!flags.straggler.empty()) {
     overrides.push_back(fmt::format("parallel.straggler=\"{}\"", flags.straggler));
   }
@@ -264,6 +285,11 @@ Command add_train_command(CLI::App& app) {
          "false reduce-scatters first; auto (default): true where it applies (sgd, adam "
          "or adamw, no overlap)")
       ->check(CLI::IsMember({"auto", "true", "false"}));
+  sub->add_option("--compression", flags->compression,
+                  "data_parallel: compress each gradient bucket (data_parallel.compression): "
+                  "none, fp16, bf16, sign, qsgd:BITS, topk:RATIO|K, randomk:RATIO|K, "
+                  "powersgd:RANK (docs/COMPRESSION.md)")
+      ->type_name("CODEC");
   sub->add_flag("--sync-bn", flags->sync_bn, "data_parallel: batch-norm statistics over all ranks");
   sub->add_option("--straggler", flags->straggler,
                   "inject slowness for experiments: rank=R,slowdown=S, rank=R,delay_ms=D or "
@@ -293,6 +319,15 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--period", flags->period,
                   "--strategy local_sgd: local steps between parameter averages (local_sgd.period)")
       ->check(at_least(1));
+  sub->add_option("--micro-batches", flags->micro_batches,
+                  "--strategy pipeline: micro-batches per step (pipeline.micro_batches)")
+      ->check(at_least(1));
+  sub->add_option("--schedule", flags->schedule,
+                  "--strategy pipeline: gpipe or 1f1b (pipeline.schedule)");
+  sub->add_option("--topology", flags->topology,
+                  "--strategy decentralized: ring, torus, exponential, one-peer-exponential or "
+                  "full (decentralized.topology)")
+      ->type_name("NAME");
   sub->add_flag("--quiet,-q", flags->quiet, "no progress output (errors are still printed)");
   resume->excludes(config)->excludes(out);
   sub->callback([flags, config, resume] {

@@ -18,10 +18,12 @@ std::uint64_t codec_seed(std::uint64_t seed, std::size_t bucket, std::int64_t st
 }
 
 CompressedReducer::CompressedReducer(const ReducerContext& context, const compress::CodecSpec& spec,
-                                     std::uint64_t seed)
+                                     std::uint64_t seed, std::int64_t warmup_steps)
     : GradientReducer(context),
       spec_(spec),
       seed_(seed),
+      warmup_steps_(warmup_steps),
+      exchanges_(context.buckets.size(), 0),
       collective_(fmt::format("{} {}", spec.text(), compress::exchange_name(spec.exchange()))),
       gather_options_(context.collective),
       codec_(compress::make_codec(spec)) {
@@ -49,21 +51,13 @@ CompressedReducer::CompressedReducer(const ReducerContext& context, const compre
       }
       continue;
     }
-    const compress::LowRankShape shape = compress::LowRankShape::of(b.count);
-    if (spec.rank <= std::min(shape.rows, shape.cols) &&
-        spec.rank * (shape.rows + shape.cols) < b.count) {
-      state.powersgd =
-          std::make_unique<compress::PowerSgd>(b.count, spec.rank, codec_seed(seed, i, 0, -1));
-    } else {
-      uncompressed.push_back(
-          fmt::format("{} ({} elements, {} x {})", b.name, b.count, shape.rows, shape.cols));
-    }
+    plan_pieces(i, uncompressed);
   }
   if (!uncompressed.empty() && context.comm.rank() == 0) {
     log::info(
-        "{}: {} of {} buckets gain nothing from rank {} (r (rows + cols) >= n) and are "
-        "allreduced in f32: {}",
-        spec.text(), uncompressed.size(), states_.size(), spec.rank, fmt::join(uncompressed, ", "));
+        "{}: {} tensor(s) gain nothing from rank {} (vectors, or r (rows + cols) >= rows cols) "
+        "and are allreduced exactly beside the factors: {}",
+        spec.text(), uncompressed.size(), spec.rank, fmt::join(uncompressed, ", "));
   }
 }
 
@@ -133,32 +127,106 @@ void CompressedReducer::decode(std::size_t b, const GradientBucket& bucket, floa
   }
 }
 
+void CompressedReducer::plan_pieces(std::size_t b, std::vector<std::string>& exact) {
+  const GradientBucket& bucket = context_.buckets[b];
+  BucketState& state = states_[b];
+  const int rank = spec_.rank;
+  // A piece pays when its factors are smaller than it and the rank fits the matrix.
+  const auto pays = [rank](const compress::LowRankShape& shape) {
+    return rank <= std::min(shape.rows, shape.cols) &&
+           rank * (shape.rows + shape.cols) < shape.rows * shape.cols;
+  };
+  std::uint64_t piece_seed = 0;
+  const auto add = [&](std::int64_t offset, std::int64_t count, const compress::LowRankShape& shape,
+                       bool near_square, const std::string& name) {
+    LowRankPiece piece{offset, count, nullptr};
+    if (pays(shape) && count > 0) {
+      const std::uint64_t seed = codec_seed(seed_, b, 0, -1) + piece_seed++;
+      piece.power = near_square ? std::make_unique<compress::PowerSgd>(count, rank, seed)
+                                : std::make_unique<compress::PowerSgd>(shape, rank, seed);
+    } else {
+      exact.push_back(
+          fmt::format("{} ({} elements, {} x {})", name, count, shape.rows, shape.cols));
+    }
+    state.pieces.push_back(std::move(piece));
+  };
+  if (bucket.first_entry == bucket.end_entry) {
+    add(0, bucket.count, compress::LowRankShape::of(bucket.count), true, bucket.name);
+  } else {
+    const auto& entries = context_.model.store().param_entries();
+    for (std::size_t e = bucket.first_entry; e < bucket.end_entry; ++e) {
+      const nn::ParamEntry& entry = entries[e];
+      const std::int64_t rows = entry.shape.size() >= 2 ? entry.shape[0] : 1;
+      add(entry.offset - bucket.offset, entry.numel, {rows, entry.numel / rows}, false, entry.name);
+    }
+  }
+  std::int64_t first = 0, second = 0;
+  for (const LowRankPiece& piece : state.pieces) {
+    first += piece.power ? piece.power->p_count() : piece.count;
+    second += piece.power ? piece.power->q_count() : 0;
+  }
+  state.first.resize(static_cast<std::size_t>(first));
+  state.second.resize(static_cast<std::size_t>(second));
+}
+
 void CompressedReducer::reduce_powersgd(std::size_t b, const GradientBucket& bucket, float* grads) {
   comm::Communicator& comm = context_.comm;
-  compress::PowerSgd* power = states_[b].powersgd.get();
-  if (power == nullptr) {  // too small to gain: the plain sum, exact
-    comm.allreduce(grads, bucket.count, DType::kF32, comm::ReduceOp::kSum, context_.collective);
-    return;
-  }
+  BucketState& state = states_[b];
   const float* matrix =
       feedback_ ? feedback_->compensate(bucket.offset, grads, bucket.count) : grads;
-  power->compute_p(matrix);
-  comm.allreduce(power->p(), power->p_count(), DType::kF32, comm::ReduceOp::kSum,
-                 context_.collective);
-  power->orthogonalize();
-  power->compute_q();
-  if (feedback_) {  // the residual is what this rank's own P^ Q^T leaves out
-    power->decode(sent_.data());
-    feedback_->settle(bucket.offset, sent_.data(), bucket.count);
+  // First allreduce: every matrix's P = M Q and the exact elements.
+  float* at = state.first.data();
+  for (LowRankPiece& piece : state.pieces) {
+    if (piece.power) {
+      piece.power->compute_p(matrix + piece.offset);
+      at = std::copy_n(piece.power->p(), piece.power->p_count(), at);
+    } else {
+      at = std::copy_n(matrix + piece.offset, piece.count, at);
+    }
   }
-  comm.allreduce(power->q(), power->q_count(), DType::kF32, comm::ReduceOp::kSum,
+  comm.allreduce(state.first.data(), std::ssize(state.first), DType::kF32, comm::ReduceOp::kSum,
                  context_.collective);
-  power->decode(grads);
-  ++states_[b].steps;
+  // Orthogonalize, Q = M^T P; the exact elements are final; error feedback keeps what this rank's
+  // own P^ Q^T leaves out (the exact elements leave nothing).
+  const float* from = state.first.data();
+  float* q_at = state.second.data();
+  for (LowRankPiece& piece : state.pieces) {
+    if (piece.power) {
+      std::copy_n(from, piece.power->p_count(), piece.power->p());
+      from += piece.power->p_count();
+      piece.power->orthogonalize();
+      piece.power->compute_q();
+      if (feedback_) piece.power->decode(sent_.data() + piece.offset);
+      q_at = std::copy_n(piece.power->q(), piece.power->q_count(), q_at);
+    } else {
+      if (feedback_) std::copy_n(matrix + piece.offset, piece.count, sent_.data() + piece.offset);
+      std::copy_n(from, piece.count, grads + piece.offset);
+      from += piece.count;
+    }
+  }
+  if (feedback_) feedback_->settle(bucket.offset, sent_.data(), bucket.count);
+  // Second allreduce: every Q; then each matrix is P^ (sum Q)^T.
+  if (!state.second.empty()) {
+    comm.allreduce(state.second.data(), std::ssize(state.second), DType::kF32, comm::ReduceOp::kSum,
+                   context_.collective);
+  }
+  const float* q_from = state.second.data();
+  for (LowRankPiece& piece : state.pieces) {
+    if (!piece.power) continue;
+    std::copy_n(q_from, piece.power->q_count(), piece.power->q());
+    q_from += piece.power->q_count();
+    piece.power->decode(grads + piece.offset);
+  }
+  ++state.steps;
 }
 
 void CompressedReducer::reduce(const GradientBucket& bucket, float* grads) {
   const std::size_t b = index_of(bucket);
+  if (exchanges_[b]++ < warmup_steps_) {
+    context_.comm.allreduce(grads, bucket.count, DType::kF32, comm::ReduceOp::kSum,
+                            context_.collective);
+    return;
+  }
   if (!codec_) return reduce_powersgd(b, bucket, grads);
   const std::int64_t step = encode(b, bucket, grads);
   exchange(b, /*async=*/false);
@@ -167,6 +235,10 @@ void CompressedReducer::reduce(const GradientBucket& bucket, float* grads) {
 
 comm::Work CompressedReducer::reduce_async(const GradientBucket& bucket, float* grads) {
   const std::size_t b = index_of(bucket);
+  if (exchanges_[b]++ < warmup_steps_) {
+    return context_.comm.allreduce_async(grads, bucket.count, DType::kF32, comm::ReduceOp::kSum,
+                                         context_.collective);
+  }
   comm::Work done(fmt::format("rank {}: {} of bucket {}", context_.comm.rank(), collective_, b));
   if (!codec_) {
     try {
@@ -193,10 +265,11 @@ comm::Work CompressedReducer::reduce_async(const GradientBucket& bucket, float* 
   return done;
 }
 
-ReducerFactory compressed_reducer(const compress::CodecSpec& spec, std::uint64_t seed) {
+ReducerFactory compressed_reducer(const compress::CodecSpec& spec, std::uint64_t seed,
+                                  std::int64_t warmup_steps) {
   if (spec.kind == compress::CodecKind::kNone) return allreduce_reducer();
-  return [spec, seed](const ReducerContext& context) {
-    return std::make_unique<CompressedReducer>(context, spec, seed);
+  return [spec, seed, warmup_steps](const ReducerContext& context) {
+    return std::make_unique<CompressedReducer>(context, spec, seed, warmup_steps);
   };
 }
 

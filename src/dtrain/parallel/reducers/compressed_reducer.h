@@ -12,11 +12,13 @@
 //                                    encoded_bytes(n) sent per rank); zero the bucket and
 //                                    decode_add rank 0's payload, then rank 1's, ...: every rank
 //                                    adds in the same order, so the sums are bit-identical.
-//   PowerSGD                         P = M Q, allreduce P, orthogonalize, Q = M^T P, allreduce
-//                                    Q, bucket = P Q^T (powersgd.h). Bytes per rank: two
-//                                    allreduces of 4 r rows and 4 r cols bytes. A bucket too
-//                                    small to gain (r (rows + cols) >= n) is allreduced in f32
-//                                    instead, which is logged once (rank 0, info).
+//   PowerSGD                         per weight matrix (rows x cols, its own shape): P = M Q,
+//                                    allreduce P, orthogonalize, Q = M^T P, allreduce Q, tensor =
+//                                    P Q^T (powersgd.h). One allreduce carries every matrix's P
+//                                    and the bucket's exact elements (biases, norms, matrices too
+//                                    small to gain: r (rows + cols) >= rows cols), a second every
+//                                    Q. Bytes per rank: 2 (P-1)/P x 4 (sum r (rows + cols) +
+//                                    exact elements). Tensors sent exactly are logged once.
 //
 // Seeds: a stochastic codec's seed is derived from (seed, bucket, step of that bucket) and, for
 // gather codecs only, the rank (codec_seed()): summable payloads must line up across ranks
@@ -50,8 +52,10 @@ std::uint64_t codec_seed(std::uint64_t seed, std::size_t bucket, std::int64_t st
 class CompressedReducer final : public GradientReducer {
  public:
   // spec: not none (compressed_reducer() gives none the plain allreduce reducer).
+  // warmup_steps: each bucket's first exchanges are plain f32 allreduces (PyTorch PowerSGD's
+  // start_powerSGD_iter: the early, fast-changing gradients go exact).
   CompressedReducer(const ReducerContext& context, const compress::CodecSpec& spec,
-                    std::uint64_t seed);
+                    std::uint64_t seed, std::int64_t warmup_steps = 0);
   ~CompressedReducer() override;
 
   // "topk:0.01 allgather", "fp16 allreduce", "powersgd:2 two allreduces".
@@ -61,10 +65,21 @@ class CompressedReducer final : public GradientReducer {
   comm::Work reduce_async(const GradientBucket& bucket, float* grads) override;
 
  private:
+  // PowerSGD's view of a bucket: one low-rank piece per tensor that gains from it (a weight
+  // matrix in its own shape: rows = dim 0, cols = the rest), the other elements (biases, norms,
+  // small matrices) exchanged exactly beside the P factors; a bucket without tensor entries (a
+  // bare range) is one near-square piece.
+  struct LowRankPiece {
+    std::int64_t offset = 0;  // into the bucket
+    std::int64_t count = 0;
+    std::unique_ptr<compress::PowerSgd> power;  // null: exchanged exactly
+  };
   struct BucketState {
     std::vector<std::uint8_t> payload;   // this rank's encoded bucket
     std::vector<std::uint8_t> gathered;  // gather: every rank's payload, rank r at r x size
-    std::unique_ptr<compress::PowerSgd> powersgd;  // null: not PowerSGD, or it does not pay
+    std::vector<LowRankPiece> pieces;    // PowerSGD only
+    std::vector<float> first;            // PowerSGD: every piece's P, then the exact elements
+    std::vector<float> second;           // PowerSGD: every piece's Q
     std::int64_t steps = 0;
   };
 
@@ -77,9 +92,13 @@ class CompressedReducer final : public GradientReducer {
   // The bucket's sum from the exchanged payload(s) of that step.
   void decode(std::size_t b, const GradientBucket& bucket, float* grads, std::int64_t step);
   void reduce_powersgd(std::size_t b, const GradientBucket& bucket, float* grads);
+  // The pieces of bucket b (see LowRankPiece); the names of tensors sent exactly go to `exact`.
+  void plan_pieces(std::size_t b, std::vector<std::string>& exact);
 
   compress::CodecSpec spec_;
   std::uint64_t seed_;
+  std::int64_t warmup_steps_;
+  std::vector<std::int64_t> exchanges_;  // per bucket, warm-up ones included
   std::string collective_;
   comm::CollectiveOptions gather_options_;  // allgather has one algorithm (ring)
   std::unique_ptr<compress::Codec> codec_;  // null for PowerSGD
@@ -92,6 +111,7 @@ class CompressedReducer final : public GradientReducer {
 
 // Built once the buckets exist (GradientSynchronizer's DataParallelOptions::reducer). `seed`:
 // the stochastic codecs' randomness, the same on every rank.
-ReducerFactory compressed_reducer(const compress::CodecSpec& spec, std::uint64_t seed = 0);
+ReducerFactory compressed_reducer(const compress::CodecSpec& spec, std::uint64_t seed = 0,
+                                  std::int64_t warmup_steps = 0);
 
 }  // namespace dtrain::parallel

@@ -9,9 +9,64 @@
 #include "dtrain/parallel/optimizer_shards.h"
 #include "dtrain/parallel/rank_agreement.h"
 #include "dtrain/parallel/reducers/allreduce_reducer.h"
+#include "dtrain/parallel/reducers/compressed_reducer.h"
 #include "dtrain/parallel/reducers/zero1_reducer.h"
 
 namespace dtrain::train {
+
+namespace {
+
+// Bytes each rank sends per step for its gradient buckets, by the ring formulas of
+// docs/COMPRESSION.md (allreduce 2 (P-1)/P x payload, allgather (P-1) x payload), and the formula
+// in words for summary.json. Sharded (ZeRO-1) runs move the same bytes as a ring allreduce.
+std::pair<double, std::string> predicted_bytes(const compress::CodecSpec& spec,
+                                               const std::vector<parallel::GradientBucket>& buckets,
+                                               const std::vector<nn::ParamEntry>& entries,
+                                               int ranks) {
+  const double p = ranks;
+  const double allreduce = 2.0 * (p - 1.0) / p;
+  const std::unique_ptr<compress::Codec> codec = compress::make_codec(spec);
+  double bytes = 0.0;
+  for (const parallel::GradientBucket& bucket : buckets) {
+    const std::int64_t n = bucket.count;
+    switch (spec.exchange()) {
+      case compress::Exchange::kSummable:
+        bytes += allreduce * static_cast<double>(codec ? codec->encoded_bytes(n) : 4 * n);
+        break;
+      case compress::Exchange::kGather:
+        bytes += (p - 1.0) * static_cast<double>(codec->encoded_bytes(n));
+        break;
+      case compress::Exchange::kLowRank:
+        // Per tensor (compressed_reducer.h): a matrix's factors where they are smaller.
+        for (std::size_t e = bucket.first_entry; e < bucket.end_entry; ++e) {
+          const nn::ParamEntry& entry = entries[e];
+          const std::int64_t rows = entry.shape.size() >= 2 ? entry.shape[0] : 1;
+          const std::int64_t cols = entry.numel / rows;
+          const std::int64_t factors = spec.rank * (rows + cols);
+          const bool pays = spec.rank <= std::min(rows, cols) && factors < entry.numel;
+          bytes += allreduce * 4.0 * static_cast<double>(pays ? factors : entry.numel);
+        }
+        break;
+    }
+  }
+  const char* formula = spec.kind == compress::CodecKind::kNone
+                            ? "sum over buckets of 2 (P-1)/P x 4 n"
+                        : spec.exchange() == compress::Exchange::kSummable
+                            ? "sum over buckets of 2 (P-1)/P x encoded_bytes(n)"
+                        : spec.exchange() == compress::Exchange::kGather
+                            ? "sum over buckets of (P-1) x encoded_bytes(n)"
+                            : "sum over tensors of 2 (P-1)/P x 4 r (rows + cols), 4 rows cols "
+                              "where that is not smaller";
+  return {bytes, formula};
+}
+
+}  // namespace
+
+compress::CodecSpec codec_spec(const DataParallelSection& config) {
+  compress::CodecSpec spec = compress::parse_codec(config.compression);
+  if (config.error_feedback != "auto") spec.error_feedback = config.error_feedback == "true";
+  return spec;
+}
 
 DataParallel::DataParallel(const StrategyContext& context)
     : Strategy(context), comm_(required_communicator(context, "data-parallel training")) {
@@ -29,14 +84,22 @@ DataParallel::DataParallel(const StrategyContext& context)
   dp.fusion_bytes = fusion_.bytes;
   dp.check_headers = config.parallel.check_headers;
   zero_ = decide_zero_stage(config.data_parallel.zero_stage, comm_.size(), config.optim.name,
-                            config.parallel.allreduce);
+                            config.parallel.allreduce, config.data_parallel.compression);
   fused_ = decide_fused_update(
       config.data_parallel.sum_in_update,
       FusedUpdateInputs{zero_.shard, overlap_.overlap, comm_.shares_memory(), config.optim.name});
   // The bucket's exchange (parallel/gradient_reducer.h), chosen once from the decisions above.
-  dp.reducer = fused_.fused  ? parallel::fused_zero1_reducer()
-               : zero_.shard ? parallel::zero1_reducer()
-                             : parallel::allreduce_reducer();
+  codec_ = codec_spec(config.data_parallel);
+  if (fused_.fused) {
+    dp.reducer = parallel::fused_zero1_reducer();
+  } else if (zero_.shard) {
+    dp.reducer = parallel::zero1_reducer();
+  } else if (codec_.kind != compress::CodecKind::kNone) {
+    dp.reducer = parallel::compressed_reducer(codec_, static_cast<std::uint64_t>(config.train.seed),
+                                              config.data_parallel.compression_warmup_steps);
+  } else {
+    dp.reducer = parallel::allreduce_reducer();
+  }
   dp.stall_warning = std::chrono::milliseconds(
       static_cast<std::int64_t>(config.parallel.stall_warning_seconds * 1000.0));
   sync_ = std::make_unique<parallel::GradientSynchronizer>(comm_, model, dp);
@@ -135,19 +198,26 @@ void DataParallel::restore_state(std::vector<optim::StateTensor> state,
 
 std::vector<std::string> DataParallel::describe() const {
   const auto& p = context_.config.parallel;
-  return {fmt::format(
-      "data parallel: {} ranks ({} per process), {}, {} gradient bucket(s): {}, overlap {}, "
-      "batch norm {}",
-      context_.world, p.workers,
-      sharded() ? "optimizer " + zero_.reason +
-                      (fused() ? " (ZeRO-1: update 1/P, allgather)"
-                               : " (ZeRO-1: ring reduce-scatter, update 1/P, allgather)") +
-                      ", gradient sums " + fused_.reason
-                : "allreduce " + p.allreduce + ", optimizer " + zero_.reason,
-      sync_->buckets().size(), fusion_.reason, overlap_.reason,
-      context_.model.store().num_buffer_elements() == 0 ? "none in the model"
-      : context_.config.data_parallel.sync_batch_norm   ? "synchronized"
-                                                        : "per rank")};
+  return {
+      fmt::format(
+          "data parallel: {} ranks ({} per process), {}, {} gradient bucket(s): {}, overlap {}, "
+          "batch norm {}",
+          context_.world, p.workers,
+          sharded() ? "optimizer " + zero_.reason +
+                          (fused() ? " (ZeRO-1: update 1/P, allgather)"
+                                   : " (ZeRO-1: ring reduce-scatter, update 1/P, allgather)") +
+                          ", gradient sums " + fused_.reason
+                    : "allreduce " + p.allreduce + ", optimizer " + zero_.reason,
+          sync_->buckets().size(), fusion_.reason, overlap_.reason,
+          context_.model.store().num_buffer_elements() == 0 ? "none in the model"
+          : context_.config.data_parallel.sync_batch_norm   ? "synchronized"
+                                                            : "per rank"),
+      codec_.kind == compress::CodecKind::kNone
+          ? std::string("gradients uncompressed (data_parallel.compression = none)")
+          : fmt::format("gradients compressed: {} by {}, error feedback {} "
+                        "(docs/COMPRESSION.md)",
+                        codec_.text(), compress::exchange_name(codec_.exchange()),
+                        codec_.error_feedback ? "on" : "off")};
 }
 
 nlohmann::json DataParallel::summary(const RunTotalsView& totals) {
@@ -163,6 +233,17 @@ nlohmann::json DataParallel::summary(const RunTotalsView& totals) {
     received += row["bytes_received"].get<double>();
   }
   const double p = static_cast<double>(context_.world);
+  auto predicted = predicted_bytes(codec_, sync_->buckets(), context_.model.store().param_entries(),
+                                   context_.world);
+  if (fused()) {
+    // The gradient sums are reads of the other ranks' buffers, not messages: only the parameter
+    // allgather, (P-1)/P x 4 N.
+    predicted = {predicted.first / 2.0,
+                 "(P-1)/P x 4 N (the parameter allgather; the sums are "
+                 "memory reads)"};
+  } else if (sharded()) {
+    predicted.second = "(P-1)/P x 4 N reduce-scatter + (P-1)/P x 4 N parameter allgather";
+  }
   return {{"strategy", name()},
           {"ranks", context_.world},
           {"workers_per_process", par.workers},
@@ -179,6 +260,10 @@ nlohmann::json DataParallel::summary(const RunTotalsView& totals) {
           {"sum_in_update", fused()},
           {"sum_in_update_setting", dp.sum_in_update},
           {"sync_batch_norm", dp.sync_batch_norm},
+          {"compression", codec_.text()},
+          {"error_feedback", codec_.error_feedback},
+          {"predicted_bytes_sent_per_rank_and_step", predicted.first},
+          {"predicted_bytes_formula", predicted.second},
           {"mean_compute_seconds", compute / p},
           {"mean_comm_seconds", comm_seconds / p},
           {"mean_wait_seconds", waiting / p},

@@ -15,6 +15,7 @@
 
 #include <memory>
 
+#include "dtrain/compress/codec_spec.h"
 #include "dtrain/parallel/gradient_synchronizer.h"
 #include "dtrain/parallel/sync_batch_norm.h"
 #include "dtrain/train/strategies/data_parallel/fused_update_policy.h"
@@ -24,6 +25,9 @@
 #include "dtrain/train/strategy.h"
 
 namespace dtrain::train {
+
+// data_parallel.compression with its error_feedback setting applied.
+compress::CodecSpec codec_spec(const DataParallelSection& config);
 
 class DataParallel final : public Strategy {
  public:
@@ -46,6 +50,7 @@ class DataParallel final : public Strategy {
   OverlapDecision overlap_;    // data_parallel.overlap resolved for this host
   ZeroDecision zero_;          // data_parallel.zero_stage resolved for this run
   FusedUpdateDecision fused_;  // data_parallel.sum_in_update resolved
+  compress::CodecSpec codec_;  // data_parallel.compression and error_feedback
   FusionDecision fusion_;      // data_parallel.bucket_bytes resolved
   std::unique_ptr<parallel::GradientSynchronizer> sync_;
   std::unique_ptr<parallel::SyncBatchNormReducer> bn_reducer_;

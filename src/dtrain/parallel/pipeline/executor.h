@@ -1,0 +1,104 @@
+// StageExecutor: runs one pipeline stage's action list (schedule.h) for one step over the
+// communicator's point-to-point messages, whatever the schedule.
+//
+// Stage s is rank s of the communicator: it receives activations from rank s - 1 and gradients
+// from rank s + 1. Each micro-batch in flight takes an activation slot (Model::reserve_slots'
+// slots, 0 .. peak_in_flight - 1) from its forward (or the receive before it) until its backward
+// is done; the received input stays in the slot's receive buffer meanwhile, because the first
+// layer keeps a view of its input for backward.
+//
+// Messages: a send is posted without blocking (Communicator::isend) and waited for only when its
+// buffer is about to be overwritten (the slot's next forward or backward) or at the end of the
+// step; a receive blocks where the list puts it. Activations travel with tag kActivationTag,
+// gradients with kGradientTag, each FIFO in micro-batch order. Every wait has the communicator's
+// deadline, so a stage that died makes its neighbours fail with its rank named, never hang.
+// Bytes per step and stage: m x (activation + gradient) of one micro-batch at each boundary, e.g.
+// 2 x B x T x d x 4 bytes per step for a GPT cut between two blocks.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "dtrain/comm/communicator.h"
+#include "dtrain/parallel/pipeline/schedule.h"
+#include "dtrain/tensor/tensor.h"
+
+namespace dtrain::parallel::pipeline {
+
+inline constexpr std::uint64_t kActivationTag = 0x5001;
+inline constexpr std::uint64_t kGradientTag = 0x5002;
+
+// What a stage computes; the executor decides when and moves the tensors between stages.
+class StageCompute {
+ public:
+  virtual ~StageCompute() = default;
+  // The shape of micro-batch k's input activation (stages > 0 receive it) and of its output (the
+  // gradient stages < p - 1 receive has it).
+  virtual tensor::Shape input_shape(int micro_batch) const = 0;
+  virtual tensor::Shape output_shape(int micro_batch) const = 0;
+  // Forward of micro-batch k in activation slot `slot`. input: the received activation, null on
+  // the first stage (it reads its own micro-batch). Returns the output, sent to the next stage (the
+  // last stage computes its loss here and returns anything); it must stay unchanged until the
+  // slot's next forward.
+  virtual const tensor::Tensor& forward(int micro_batch, std::size_t slot,
+                                        const tensor::Tensor* input) = 0;
+  // Backward of micro-batch k (forwarded in `slot`). grad: the received gradient of the output,
+  // null on the last stage (its loss gradient is its own). Returns the input gradient, sent to the
+  // previous stage (ignored on the first); unchanged until the slot's next backward.
+  virtual const tensor::Tensor& backward(int micro_batch, std::size_t slot,
+                                         const tensor::Tensor* grad) = 0;
+};
+
+// One executed action, for the trace and the bubble.
+struct ActionSpan {
+  Action action;
+  std::size_t slot = 0;
+  std::chrono::steady_clock::time_point start;
+  std::chrono::steady_clock::time_point end;
+};
+
+// One step of one stage.
+struct StageStats {
+  double seconds = 0.0;          // the whole action list, first action to last send completed
+  double compute_seconds = 0.0;  // forwards and backwards
+  double waiting_seconds = 0.0;  // blocked on receives and on sends' completion
+  int peak_in_flight = 0;        // activation slots used
+  std::int64_t bytes_sent = 0;
+  std::int64_t bytes_received = 0;
+  // Idle time of the stage during the step / step time: the measured bubble.
+  double idle_fraction() const { return seconds > 0.0 ? 1.0 - compute_seconds / seconds : 0.0; }
+};
+
+class StageExecutor {
+ public:
+  // This rank is stage comm.rank() of comm.size().
+  explicit StageExecutor(comm::Communicator& comm);
+
+  int stage() const { return stage_; }
+  int stages() const { return stages_; }
+
+  // Runs `actions` (this stage's list of a schedule over `micro_batches`) once. on_action, when
+  // set, sees every action's span as it ends. Throws what compute or the messages throw.
+  StageStats run(const std::vector<Action>& actions, int micro_batches, StageCompute& compute,
+                 const std::function<void(const ActionSpan&)>& on_action = {});
+
+ private:
+  std::size_t slot_for(int micro_batch);
+
+  comm::Communicator& comm_;
+  int stage_;
+  int stages_;
+  std::vector<tensor::Tensor> activation_in_;          // per slot: the received input
+  std::vector<tensor::Tensor> gradient_in_;            // per slot: the received output gradient
+  std::vector<comm::PendingMessage> activation_sent_;  // per slot
+  std::vector<comm::PendingMessage> gradient_sent_;    // per slot
+  std::vector<const tensor::Tensor*> output_;          // per slot: what its forward returned
+  std::vector<const tensor::Tensor*> input_grad_;      // per slot: what its backward returned
+  std::vector<std::size_t> free_slots_;
+  std::vector<std::ptrdiff_t> slot_of_;  // per micro-batch; -1 before its first use
+};
+
+}  // namespace dtrain::parallel::pipeline

@@ -1,0 +1,108 @@
+// Pipeline: pipeline parallelism (GPipe, Huang et al. 2019; PipeDream-flush / 1F1B, Narayanan et
+// al. 2021) over parallel.workers = p ranks, one stage per rank.
+//
+// What it computes. The model's layer list is cut into p contiguous stages (pipeline.partition:
+// equal layer counts, or balanced by measured layer time; nn/model_partition.h); rank s runs stage
+// s. Each step's batch of B samples is cut into m = pipeline.micro_batches micro-batches
+// [B k / m, B (k + 1) / m) that flow through the stages in the order of pipeline.schedule
+// (parallel/pipeline/schedule.h): rank 0 feeds the inputs, activations go forward point to point,
+// the last stage computes the loss against its labels, gradients come back. After the flush each
+// rank's optimizer updates only its own layers' parameters (optimizer_segments()).
+//
+// What it equals. One worker with train.accumulate_steps = m: the same micro-batches, the same
+// dropout streams (step m + k), the same loss weights (|micro-batch| / B), the backwards in the
+// same order 0..m-1, so every parameter's gradient is the same sum in the same order: bitwise for
+// models without tied weights (tests/train/pipeline_test.cc). A parameter used on two stages (the
+// GPT's embedding, read again by its tied output head on the last stage) is owned by the stage of
+// the layer that declares it: the other stage sends its part of the gradient there after the
+// flush, the owner adds it and updates, and sends the new values back (Megatron-LM's embedding
+// group does the same with an allreduce). That sum is in another order than the unsplit model's,
+// so the GPT follows one worker to rounding (1e-6), not bitwise.
+//
+// Batch norm: each micro-batch is normalized with its own statistics, as GPipe does and as the
+// unsplit model does with accumulation; the running statistics are updated once per micro-batch
+// in micro-batch order on the stage that holds the layer (momentum applied m times per step), which
+// is exactly what one worker with train.accumulate_steps = m does, so the evaluated model equals
+// that one's (not torchgpipe's deferred batch norm, which updates once per mini-batch).
+//
+// Evaluation and checkpoints. Every rank builds the whole model (same seed), but trains only its
+// stage. Before an evaluation or a checkpoint each stage broadcasts its slice of the parameters
+// and buffers, so every rank holds the whole trained model and the Trainer's evaluation (sharded
+// over the ranks) and checkpoint (written by rank 0) run unchanged: one model's bytes per
+// evaluation, (p - 1)/p x 4N received per rank. The optimizer state is gathered to rank 0 in the
+// one-worker layout, so a checkpoint resumes under any stage count, or one worker.
+//
+// Cost per step: m x (activation + gradient) bytes across each stage boundary (B x T x d x 4 x 2
+// for a GPT cut between blocks), bubble (p - 1)/(m + p - 1) of each stage's step, and the
+// activations of peak_in_flight micro-batches per stage (GPipe m, 1F1B at most p - s).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtrain/nn/model.h"
+#include "dtrain/parallel/pipeline/executor.h"
+#include "dtrain/parallel/pipeline/schedule.h"
+#include "dtrain/train/strategy.h"
+
+namespace dtrain::train {
+
+class Pipeline final : public Strategy {
+ public:
+  // Cuts the model (ConfigError naming both numbers when it has fewer layers than ranks) and
+  // reserves this stage's activation slots.
+  explicit Pipeline(const StrategyContext& context);
+  ~Pipeline() override;
+
+  std::string name() const override { return "pipeline"; }
+  // This stage's layers' parameters.
+  std::vector<optim::Segment> optimizer_segments() const override;
+  // Every rank takes the whole batch (rank 0 reads its inputs, the last stage its labels).
+  std::unique_ptr<data::SharePlan> share_plan(std::int64_t train_samples) const override;
+  // Rank 0 reports the step's loss and correct count (the last stage sends them); the other
+  // ranks report 0, so the Trainer's sums over ranks count each sample once.
+  StepResult step(const StepInput& input, optim::Optimizer& optimizer) override;
+  void before_evaluation() override;
+  std::vector<optim::StateTensor> checkpoint_state(const optim::Optimizer& optimizer) override;
+  void restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
+                     optim::Optimizer& optimizer, const std::string& path) override;
+  std::vector<std::string> describe() const override;
+  nlohmann::json summary(const RunTotalsView& totals) override;
+
+  const std::vector<nn::LayerRange>& stages() const { return stages_; }
+
+ private:
+  class StageWork;
+  // A parameter read on `user`'s stage and owned (declared) on `owner`'s.
+  struct Tie {
+    int entry = 0;
+    int owner = 0;
+    int user = 0;
+  };
+  // Every rank receives every other stage's parameters and buffers (collective).
+  void gather_whole_model();
+
+  comm::Communicator& comm_;
+  int stage_;
+  parallel::pipeline::ScheduleKind schedule_;
+  int micro_batches_;
+  std::vector<nn::LayerRange> stages_;
+  // Per stage: its parameters [param_begin, param_end) and buffers [buffer_begin, buffer_end) in
+  // the store's flat arrays (declared in layer order, so each stage's are contiguous).
+  std::vector<std::int64_t> param_begin_, param_end_, buffer_begin_, buffer_end_;
+  std::vector<Tie> ties_;
+  std::vector<parallel::pipeline::Action> actions_;
+  parallel::pipeline::StageExecutor executor_;
+  std::unique_ptr<StageWork> work_;
+  std::vector<float> tie_buffer_;
+  bool whole_model_current_ = true;  // false from a step until gather_whole_model()
+  // Measured, from the second step on (the first touches every buffer for the first time).
+  std::int64_t measured_steps_ = 0;
+  double step_seconds_ = 0.0, compute_seconds_ = 0.0;
+  std::int64_t bytes_sent_ = 0, bytes_received_ = 0;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace dtrain::train

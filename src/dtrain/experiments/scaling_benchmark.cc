@@ -4,14 +4,17 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
+#include <utility>
 
 #include "dtrain/base/error.h"
 #include "dtrain/base/thread_pool.h"
 #include "dtrain/base/timer.h"
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/comm/transport/mpi/world.h"
+#include "dtrain/data/batch_plan.h"
 #include "dtrain/data/dataset.h"
 #include "dtrain/data/shuffled_sampler.h"
 #include "dtrain/train/launch.h"
@@ -100,32 +103,30 @@ std::vector<ScalingBenchmarkRow> summarize(const Config& config,
   return rows;
 }
 
-// The global batches of successive epochs' shuffled orders, as a run visits them (a batch that
-// the epoch cannot fill is skipped); every rank keeps its own copy and takes its share.
+// This rank's shares of successive epochs' shuffled orders, as a run visits them: the Trainer's
+// own plan (data::GlobalBatchPlan) over data::ShuffledSampler's orders.
 class BatchStream {
  public:
-  BatchStream(std::int64_t samples, std::int64_t batch, std::uint64_t seed)
-      : sampler_(samples, seed), batch_(batch) {}
-  // Rank `rank` of `ranks`'s share of the next global batch (data::rank_share, as Trainer::run
-  // splits it).
-  std::span<const std::int64_t> next_share(int rank, int ranks) {
-    if (order_.empty() || pos_ + batch_ > static_cast<std::int64_t>(order_.size())) {
-      order_ = sampler_.epoch_order(epoch_++);
-      pos_ = 0;
+  BatchStream(std::int64_t samples, std::int64_t batch, std::uint64_t seed, int rank, int ranks)
+      : sampler_(samples, seed), plan_(samples, batch, rank, ranks, 1) {}
+  // The next step's share: positions of the epoch's order, and the batch it is a part of.
+  std::pair<std::span<const std::int64_t>, std::int64_t> next_share() {
+    std::optional<data::Share> share = order_.empty() ? std::nullopt : plan_.next();
+    if (!share) {
+      order_ = sampler_.epoch_order(epoch_);
+      plan_.begin_epoch(epoch_++, 0);
+      share = plan_.next();
     }
-    const data::RankShare share = data::rank_share(batch_, rank, ranks);
-    const std::int64_t begin = pos_ + share.begin;
-    pos_ += batch_;
-    return std::span<const std::int64_t>(order_).subspan(static_cast<std::size_t>(begin),
-                                                         static_cast<std::size_t>(share.size));
+    return {std::span<const std::int64_t>(order_).subspan(static_cast<std::size_t>(share->begin),
+                                                          static_cast<std::size_t>(share->size)),
+            share->scale_to};
   }
 
  private:
   data::ShuffledSampler sampler_;
-  std::int64_t batch_;
+  data::GlobalBatchPlan plan_;
   std::vector<std::int64_t> order_;
   std::int64_t epoch_ = 0;
-  std::int64_t pos_ = 0;
 };
 
 // One rank's part in one worker count: its Trainer (none when rank >= W) and its batches.
@@ -178,20 +179,19 @@ std::vector<ScalingBenchmarkRow> run_allreduce(const Config& config,
           if (w > 1) trainer_options.comm = w == ranks ? &world : parts[i].sub.get();
           parts[i].trainer = std::make_unique<Trainer>(c, trainer_options);
           parts[i].batches = std::make_unique<BatchStream>(
-              data->train.size(), batch, static_cast<std::uint64_t>(config.train.seed));
+              data->train.size(), batch, static_cast<std::uint64_t>(config.train.seed), rank, w);
         }
         // `steps` steps of worker count i on this rank (when it takes part): its seconds.
         auto phase = [&](std::size_t i, std::int64_t steps) {
           Participant& p = parts[i];
           if (!p.trainer) return 0.0;
-          const int w = options.workers[i];
           // What a run's step clock times: the gather and the step, not the epoch's shuffle.
           double seconds = 0.0;
           for (std::int64_t s = 0; s < steps; ++s) {
-            const std::span<const std::int64_t> share = p.batches->next_share(rank, w);
+            const auto [share, scale_to] = p.batches->next_share();
             Stopwatch clock;
             data::gather_batch(data->train, share, p.x, p.y);
-            p.trainer->train_step(p.x, p.y, p.step++, nullptr, batch);
+            p.trainer->train_step(p.x, p.y, p.step++, nullptr, scale_to);
             seconds += clock.seconds();
           }
           return seconds;

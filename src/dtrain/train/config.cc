@@ -423,6 +423,11 @@ std::vector<Field> fields(Config& c) {
                    "H: every H-th step averages the replicas over all ranks (allreduce) instead "
                    "of gossiping (0 = never)",
                    0),
+      {"decentralized", "overlap", &dc.overlap,
+       "gossip the pre-step parameters while forward and backward run (Lian et al.'s D-PSGD: x "
+       "<- W x - lr g(x)); false: local step, then gossip (x <- W (x - lr g(x)); with topology "
+       "full that is synchronous data parallelism)"},
+
       int_at_least("pipeline", "micro_batches", &pl.micro_batches,
                    "m: each step's batch is cut into m micro-batches that flow through the "
                    "stages (bubble (p-1)/(m+p-1); the same update as train.accumulate_steps = m)",
@@ -447,10 +452,6 @@ std::vector<Field> fields(Config& c) {
        false,
        false,
        {"layers", "balanced"}},
-      {"decentralized", "overlap", &dc.overlap,
-       "gossip the pre-step parameters while forward and backward run (Lian et al.'s D-PSGD: x "
-       "<- W x - lr g(x)); false: local step, then gossip (x <- W (x - lr g(x)); with topology "
-       "full that is synchronous data parallelism)"},
   };
 }
 

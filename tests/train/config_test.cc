@@ -350,6 +350,52 @@ TEST(Config, CompressionTakesACodecOfTheCatalog) {
                    "x.toml"));
 }
 
+TEST(Config, RobustAggregationChecksItsNumbers) {
+  const Config defaults = parse_config("", "x.toml");
+  EXPECT_EQ(defaults.data_parallel.aggregator, "mean");
+  EXPECT_EQ(defaults.data_parallel.attack, "none");
+  EXPECT_EQ(defaults.data_parallel.byzantine, 0);
+  // P = 8 ranks (parallel.workers) under each set of overrides.
+  const auto with = [](const std::vector<std::string>& sets) {
+    return parse_config("[parallel]\nworkers = 8\n", "x.toml", sets);
+  };
+  EXPECT_NO_THROW(with({"data_parallel.aggregator=trimmed:0.25", "data_parallel.attack=alie",
+                        "data_parallel.byzantine=2"}));
+  EXPECT_NO_THROW(with({"data_parallel.aggregator=krum", "data_parallel.byzantine=2"}));
+  EXPECT_NO_THROW(with({"data_parallel.attack=labelflip", "data_parallel.byzantine=1"}));
+  // Krum on 8 ranks tolerates f = 2 (8 > 6), not 3.
+  EXPECT_THAT(config_error([&] {
+                with({"data_parallel.aggregator=krum", "data_parallel.byzantine=3"});
+              }),
+              AllOf(HasSubstr("'data_parallel.aggregator' = \"krum\""), HasSubstr("P = 8"),
+                    HasSubstr("n > 2f + 2 = 8")));
+  EXPECT_THAT(config_error([&] { with({"data_parallel.aggregator=mode"}); }),
+              AllOf(HasSubstr("'data_parallel.aggregator' = \"mode\""), HasSubstr("accepted")));
+  EXPECT_THAT(config_error([&] { with({"data_parallel.attack=shout"}); }),
+              AllOf(HasSubstr("'data_parallel.attack' = \"shout\""), HasSubstr("labelflip")));
+  EXPECT_THAT(config_error([&] { with({"data_parallel.attack=signflip"}); }),
+              HasSubstr("needs data_parallel.byzantine >= 1"));
+  EXPECT_THAT(config_error([&] {
+                with({"data_parallel.attack=signflip", "data_parallel.byzantine=8"});
+              }),
+              AllOf(HasSubstr("'data_parallel.byzantine' = 8"), HasSubstr("f < P = 8")));
+  // ALIE's z formula needs f <= P/2.
+  EXPECT_THAT(config_error([&] {
+                with({"data_parallel.aggregator=median", "data_parallel.attack=alie",
+                      "data_parallel.byzantine=5"});
+              }),
+              HasSubstr("'data_parallel.attack' = \"alie\""));
+  EXPECT_THAT(
+      config_error([&] {
+        with({"data_parallel.aggregator=median", "data_parallel.compression=fp16"});
+      }),
+      AllOf(HasSubstr("'data_parallel.compression' = \"fp16\""), HasSubstr("do not go together")));
+  EXPECT_THAT(config_error([&] {
+                with({"data_parallel.aggregator=median", "data_parallel.zero_stage=1"});
+              }),
+              AllOf(HasSubstr("'data_parallel.zero_stage' = 1"), HasSubstr("whole gradient")));
+}
+
 TEST(Config, ResolvedTomlSaysWhichStrategyReadsASection) {
   const std::string written = to_toml(Config{});
   EXPECT_THAT(written, AllOf(HasSubstr("[data_parallel]\n# read by parallel.strategy = "

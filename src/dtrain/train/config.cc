@@ -9,13 +9,17 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <variant>
 
+#include "dtrain/aggregate/aggregator_spec.h"
+#include "dtrain/aggregate/attack.h"
 #include "dtrain/base/error.h"
 #include "dtrain/comm/algorithms/algorithms.h"
 #include "dtrain/comm/topology.h"
+#include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/compress/codec_spec.h"
 #include "dtrain/data/load.h"
 #include "dtrain/train/straggler.h"
@@ -382,6 +386,17 @@ std::vector<Field> fields(Config& c) {
                    "steps whose gradients go exact (f32 allreduce) before the codec starts "
                    "(PyTorch PowerSGD's start_powerSGD_iter)",
                    0),
+      {"data_parallel", "aggregator", &dp.aggregator,
+       "Byzantine-robust aggregation of the ranks' gradients (docs/ROBUST.md): mean (the plain "
+       "allreduce), median, trimmed:<beta>, krum, multikrum[:<m>], cclip[:<tau>[:<L>]], "
+       "bucket:<s>,<aggregator>; other than mean, each bucket is allgathered and aggregated"},
+      {"data_parallel", "byzantine", &dp.byzantine,
+       "f: the number of Byzantine ranks (the last f ranks), for the attack and for Krum's f", 0,
+       kMaxWorkers},
+      {"data_parallel", "attack", &dp.attack,
+       "what the last data_parallel.byzantine ranks do, for experiments (docs/ROBUST.md): none, "
+       "labelflip (label y -> C - 1 - y on their data), signflip[:<c>], scale:<c>, "
+       "noise:<sigma>, alie[:<z>], ipm[:<eps>]"},
 
       {"parameter_server", "servers", &ps.servers,
        "parameter-server ranks (besides parallel.workers workers)", 1, 1024},
@@ -818,6 +833,76 @@ void apply_override_impl(Config& config, std::string_view assignment, Provenance
   provenance.where[field.name()] = where;
 }
 
+// data_parallel.aggregator, byzantine and attack (docs/ROBUST.md). The checks that need the rank
+// count P run for data_parallel with P = parallel.workers, when not under mpirun (where P is the
+// job's, known once MPI starts: parallel::RobustReducer checks the same there) and P > 1 (one
+// rank trains alone: nothing is aggregated, but an attacker is still refused by f < P).
+// `where(key)`: where the key was set.
+template <typename Where>
+void validate_robust(const Config& config, const Where& where) {
+  const auto& dp = config.data_parallel;
+  std::unique_ptr<aggregate::Aggregator> aggregator;
+  try {
+    aggregator = aggregate::parse_aggregator(dp.aggregator, static_cast<int>(dp.byzantine));
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("config key 'data_parallel.aggregator' = \"{}\" ({}): {}",
+                                  dp.aggregator, where("data_parallel.aggregator"), e.what()));
+  }
+  std::unique_ptr<aggregate::Attack> attack;
+  if (dp.attack != "none" && dp.attack != "labelflip") {
+    try {
+      attack = aggregate::parse_attack(dp.attack);
+    } catch (const ConfigError& e) {
+      throw ConfigError(
+          fmt::format("config key 'data_parallel.attack' = \"{}\" ({}): {}; or none, labelflip",
+                      dp.attack, where("data_parallel.attack"), e.what()));
+    }
+  }
+  if (dp.attack != "none" && dp.byzantine == 0) {
+    throw ConfigError(fmt::format(
+        "config key 'data_parallel.attack' = \"{}\" ({}) needs data_parallel.byzantine >= 1 "
+        "attacking ranks (the last f ranks), got 0; pass --byzantine F",
+        dp.attack, where("data_parallel.attack")));
+  }
+  if (dp.aggregator == "mean" && (dp.attack == "none" || dp.attack == "labelflip")) return;
+  // The allgather path: every rank's whole bucket, f32.
+  if (dp.compression != "none") {
+    throw ConfigError(fmt::format(
+        "config keys 'data_parallel.aggregator' = \"{}\" ({}) and 'data_parallel.compression' = "
+        "\"{}\" ({}) do not go together: robust aggregation allgathers uncompressed gradients; "
+        "set compression = \"none\"",
+        dp.aggregator, where("data_parallel.aggregator"), dp.compression,
+        where("data_parallel.compression")));
+  }
+  if (dp.zero_stage == "1") {
+    throw ConfigError(fmt::format(
+        "config keys 'data_parallel.aggregator' = \"{}\" ({}) and 'data_parallel.zero_stage' = 1 "
+        "({}) do not go together: robust aggregation needs every rank's whole gradient, not a "
+        "reduce-scattered shard; set zero_stage = 0 or \"auto\"",
+        dp.aggregator, where("data_parallel.aggregator"), where("data_parallel.zero_stage")));
+  }
+  if (config.parallel.strategy != "data_parallel" || comm::launched_by_mpirun()) return;
+  const auto ranks = static_cast<int>(config.parallel.workers);
+  const auto f = static_cast<int>(dp.byzantine);
+  if (f >= ranks) {
+    throw ConfigError(
+        fmt::format("config key 'data_parallel.byzantine' = {} ({}) needs f < P = {} ranks "
+                    "(parallel.workers): at least one rank must be honest",
+                    f, where("data_parallel.byzantine"), ranks));
+  }
+  if (ranks < 2) return;
+  try {
+    aggregator->check_inputs(ranks);
+    if (attack && attack->name() == "alie") aggregate::alie_z(ranks, f);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format(
+        "config keys 'data_parallel.aggregator' = \"{}\" ({}), "
+        "'data_parallel.attack' = \"{}\" and 'data_parallel.byzantine' = "
+        "{} on P = {} ranks: {}",
+        dp.aggregator, where("data_parallel.aggregator"), dp.attack, f, ranks, e.what()));
+  }
+}
+
 // Keys missing from `provenance` are said to come from `unknown_origin`.
 void validate_impl(const Config& config, const Provenance& provenance,
                    const char* unknown_origin = "the defaults") {
@@ -1035,6 +1120,7 @@ void validate_impl(const Config& config, const Provenance& provenance,
         "zero_stage = 0",
         where("optim.name"), key("data_parallel.zero_stage"), dp.zero_stage));
   }
+  validate_robust(config, where);
   try {
     parse_straggler(config.parallel.straggler);
   } catch (const ConfigError& e) {

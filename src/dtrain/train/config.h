@@ -151,6 +151,12 @@ struct DataParallelSection {
   std::string compression = "none";
   std::string error_feedback = "auto";        // auto (the codec's default) | true | false
   std::int64_t compression_warmup_steps = 0;  // steps exchanged exactly before the codec starts
+  // Byzantine-robust aggregation (docs/ROBUST.md, parallel/reducers/robust_reducer.h): an
+  // aggregate/ spec other than "mean" allgathers each bucket and aggregates the P gradients;
+  // "mean" without attack is the plain allreduce.
+  std::string aggregator = "mean";
+  std::int64_t byzantine = 0;   // f: the last f ranks attack; also Krum's f
+  std::string attack = "none";  // none | labelflip | an aggregate/attack.h spec (alie, signflip..)
   bool operator==(const DataParallelSection&) const = default;
 };
 

@@ -26,6 +26,9 @@ struct SweepFlags {
   std::string allreduce;
   std::string modes;
   std::string compression;
+  std::string aggregator;
+  std::string attack;
+  std::int64_t byzantine = -1;
   std::string straggler;
   std::vector<std::string> grid;
   std::int64_t epochs = 0;
@@ -35,7 +38,7 @@ struct SweepFlags {
 constexpr const char* kSweepHelp =
     R"(Trains one run per point of a grid of config values and compares them.
 
-The grid's axes are --workers, --allreduce, --compression, --modes and any config key with --grid KEY=V1,V2,...; the runs
+The grid's axes are --workers, --allreduce, --compression, --aggregator, --modes and any config key with --grid KEY=V1,V2,...; the runs
 are their cross product, one after another, each in its own run folder under --out. The table gives
 training seconds per epoch, samples/s, speedup and scaling efficiency over the one-worker run at the
 same point, time to each accuracy target (training seconds), bytes sent per rank and step, and the
@@ -59,7 +62,9 @@ Examples:
       --modes data_parallel,sync,backup=1,async,ssp=3
   dtrain sweep --config examples/fashion_mlp.toml --workers 2 --modes data_parallel,local_sgd=4,local_sgd=16
   dtrain sweep --config examples/fashion_mlp.toml --workers 8 --epochs 2 \
-      --modes data_parallel,decentralized=one-peer-exponential,decentralized=ring)";
+      --modes data_parallel,decentralized=one-peer-exponential,decentralized=ring
+  dtrain sweep --config examples/fashion_mlp.toml --workers 8 --epochs 2 \
+      --aggregator mean,median,trimmed:0.25,krum,cclip --attack alie --byzantine 2)";
 
 int run_sweep_command(const SweepFlags& flags) {
   std::vector<std::string> overrides = flags.sets;
@@ -67,7 +72,17 @@ int run_sweep_command(const SweepFlags& flags) {
   if (!flags.straggler.empty()) {
     overrides.push_back(fmt::format("parallel.straggler=\"{}\"", flags.straggler));
   }
-  const train::Config base = train::load_config(flags.config, overrides);
+  train::Config base = train::load_config(flags.config, overrides);
+  // --attack and --byzantine hold for every run, but are checked per point (run_sweep validates
+  // each): f < P depends on the --workers axis, which the config file's workers do not know.
+  if (!flags.attack.empty()) {
+    train::apply_override(base, fmt::format("data_parallel.attack=\"{}\"", flags.attack),
+                          "--attack");
+  }
+  if (flags.byzantine >= 0) {
+    train::apply_override(base, fmt::format("data_parallel.byzantine={}", flags.byzantine),
+                          "--byzantine");
+  }
   std::vector<experiments::SweepAxis> axes;
   if (!flags.workers.empty())
     axes.push_back(experiments::parse_sweep_axis("parallel.workers=" + flags.workers));
@@ -77,6 +92,9 @@ int run_sweep_command(const SweepFlags& flags) {
   if (!flags.compression.empty()) {
     axes.push_back(experiments::parse_sweep_axis("data_parallel.compression=" + flags.compression));
   }
+  if (!flags.aggregator.empty()) {
+    axes.push_back(experiments::parse_sweep_axis("data_parallel.aggregator=" + flags.aggregator));
+  }
   if (!flags.modes.empty()) {
     axes.push_back(
         experiments::parse_sweep_axis(std::string(experiments::kModeAxis) + "=" + flags.modes));
@@ -84,7 +102,8 @@ int run_sweep_command(const SweepFlags& flags) {
   for (const auto& axis : flags.grid) axes.push_back(experiments::parse_sweep_axis(axis));
   if (axes.empty()) {
     throw ConfigError(
-        "dtrain sweep needs at least one axis: --workers, --allreduce, --modes or --grid");
+        "dtrain sweep needs at least one axis: --workers, --allreduce, --compression, "
+        "--aggregator, --modes or --grid");
   }
   // Each run creates its folder under `out` (and so `out`) once every point's config has been
   // checked: a sweep refused up front leaves nothing behind.
@@ -158,6 +177,16 @@ Command add_sweep_command(CLI::App& app) {
                   "axis: gradient codecs, e.g. none,fp16,topk:0.01,powersgd:2 "
                   "(docs/COMPRESSION.md)")
       ->type_name("CODEC,CODEC,...");
+  sub->add_option("--aggregator", flags->aggregator,
+                  "axis: robust aggregators, e.g. mean,median,trimmed:0.2,krum,cclip "
+                  "(docs/ROBUST.md; bucket:S,AGG holds a comma: give it with --set)")
+      ->type_name("AGG,AGG,...");
+  sub->add_option("--attack", flags->attack,
+                  "for every run: what the last --byzantine ranks do (alie, signflip, ...)")
+      ->type_name("SPEC");
+  sub->add_option("--byzantine", flags->byzantine,
+                  "for every run: f, the number of Byzantine ranks (the last f)")
+      ->check(at_least(0));
   sub->add_option("--modes", flags->modes,
                   "axis: ways of training, e.g. data_parallel,sync,backup=1,async,ssp=3");
   sub->add_option("--straggler", flags->straggler,

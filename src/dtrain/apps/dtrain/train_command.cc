@@ -35,6 +35,9 @@ struct TrainFlags {
   std::string zero_stage;
   std::string sum_in_update;
   std::string compression;
+  std::string aggregator;
+  std::string attack;
+  std::int64_t byzantine = -1;
   bool sync_bn = false;
   std::string straggler;
   std::int64_t servers = 0;
@@ -68,6 +71,8 @@ Examples:
                                                      # ZeRO-1: each rank updates half the model
   dtrain train --config examples/fashion_mlp.toml --workers 2 --compression topk:0.01
                                                      # send 1% of each gradient bucket
+  dtrain train --config examples/fashion_mlp.toml --workers 8 --aggregator median \
+               --attack alie --byzantine 2          # robust to 2 attacking ranks
   dtrain train --config examples/hogwild_sparse.toml --strategy hogwild --workers 2
                                                      # Hogwild!: 2 threads, no locks
   dtrain train --config examples/fashion_mlp.toml --strategy parameter_server --consistency async \
@@ -135,6 +140,15 @@ int run_train(const TrainFlags& flags) {
   if (flags.sync_bn) overrides.push_back("data_parallel.sync_batch_norm=true");
   if (!flags.compression.empty()) {
     overrides.push_back(fmt::format("data_parallel.compression=\"{}\"", flags.compression));
+  }
+  if (!flags.aggregator.empty()) {
+    overrides.push_back(fmt::format("data_parallel.aggregator=\"{}\"", flags.aggregator));
+  }
+  if (!flags.attack.empty()) {
+    overrides.push_back(fmt::format("data_parallel.attack=\"{}\"", flags.attack));
+  }
+  if (flags.byzantine >= 0) {
+    overrides.push_back(fmt::format("data_parallel.byzantine={}", flags.byzantine));
   }
   if (flags.period > 0) overrides.push_back(fmt::format("local_sgd.period={}", flags.period));
   if (flags.micro_batches > 0) {
@@ -290,6 +304,21 @@ Command add_train_command(CLI::App& app) {
                   "none, fp16, bf16, sign, qsgd:BITS, topk:RATIO|K, randomk:RATIO|K, "
                   "powersgd:RANK (docs/COMPRESSION.md)")
       ->type_name("CODEC");
+  sub->add_option("--aggregator", flags->aggregator,
+                  "data_parallel: combine the ranks' gradients robustly "
+                  "(data_parallel.aggregator): mean (default, the plain allreduce), median, "
+                  "trimmed:BETA, krum, multikrum[:M], cclip[:TAU[:L]], bucket:S,AGG "
+                  "(docs/ROBUST.md)")
+      ->type_name("SPEC");
+  sub->add_option("--attack", flags->attack,
+                  "data_parallel, experiments: what the last --byzantine ranks do "
+                  "(data_parallel.attack): none, labelflip, signflip[:C], scale:C, noise:SIGMA, "
+                  "alie[:Z], ipm[:EPS]")
+      ->type_name("SPEC");
+  sub->add_option("--byzantine", flags->byzantine,
+                  "data_parallel: f, the number of Byzantine ranks (the last f), for --attack and "
+                  "Krum (data_parallel.byzantine)")
+      ->check(at_least(0));
   sub->add_flag("--sync-bn", flags->sync_bn, "data_parallel: batch-norm statistics over all ranks");
   sub->add_option("--straggler", flags->straggler,
                   "inject slowness for experiments: rank=R,slowdown=S, rank=R,delay_ms=D or "

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <span>
 
 #include "dtrain/base/error.h"
 #include "dtrain/parallel/optimizer_shards.h"
 #include "dtrain/parallel/rank_agreement.h"
 #include "dtrain/parallel/reducers/allreduce_reducer.h"
 #include "dtrain/parallel/reducers/compressed_reducer.h"
+#include "dtrain/parallel/reducers/robust_reducer.h"
 #include "dtrain/parallel/reducers/zero1_reducer.h"
 
 namespace dtrain::train {
@@ -81,10 +83,21 @@ DataParallel::DataParallel(const StrategyContext& context)
   dp.overlap = overlap_.overlap;
   fusion_ = decide_fusion_bytes(config.data_parallel.bucket_bytes, overlap_.overlap,
                                 model.store().num_params() * 4);
+  const DataParallelSection& section = config.data_parallel;
+  robust_ = parallel::needs_robust_reducer(section.aggregator, section.attack);
+  if (robust_ && section.bucket_bytes == "auto") {
+    // Krum's distances and centered clipping's norms are whole-vector: per bucket they would judge
+    // each bucket alone (robust_reducer.h). Nothing is lost: the allgather cannot overlap much.
+    fusion_ = {std::max<std::int64_t>(model.store().num_params() * 4, 1),
+               "one bucket (auto: robust aggregation judges whole gradients)"};
+  }
   dp.fusion_bytes = fusion_.bytes;
   dp.check_headers = config.parallel.check_headers;
   zero_ = decide_zero_stage(config.data_parallel.zero_stage, comm_.size(), config.optim.name,
                             config.parallel.allreduce, config.data_parallel.compression);
+  if (robust_ && section.zero_stage == "auto") {
+    zero_ = {false, "replicated (auto: robust aggregation needs every rank's whole gradient)"};
+  }
   fused_ = decide_fused_update(
       config.data_parallel.sum_in_update,
       FusedUpdateInputs{zero_.shard, overlap_.overlap, comm_.shares_memory(), config.optim.name});
@@ -97,6 +110,10 @@ DataParallel::DataParallel(const StrategyContext& context)
   } else if (codec_.kind != compress::CodecKind::kNone) {
     dp.reducer = parallel::compressed_reducer(codec_, static_cast<std::uint64_t>(config.train.seed),
                                               config.data_parallel.compression_warmup_steps);
+  } else if (robust_) {
+    dp.reducer = parallel::robust_reducer({section.aggregator, section.attack,
+                                           static_cast<int>(section.byzantine),
+                                           static_cast<std::uint64_t>(config.train.seed)});
   } else {
     dp.reducer = parallel::allreduce_reducer();
   }
@@ -104,6 +121,9 @@ DataParallel::DataParallel(const StrategyContext& context)
       static_cast<std::int64_t>(config.parallel.stall_warning_seconds * 1000.0));
   sync_ = std::make_unique<parallel::GradientSynchronizer>(comm_, model, dp);
   if (config.data_parallel.sync_batch_norm) bn_reducer_ = parallel::sync_batch_norm(model, comm_);
+  flips_labels_ = section.attack == "labelflip" && comm_.rank() >= comm_.size() - section.byzantine;
+  const tensor::Shape output = model.output_shape(1);
+  classes_ = output.empty() ? 0 : output.back();
 }
 
 std::vector<optim::Segment> DataParallel::optimizer_segments() const {
@@ -116,8 +136,18 @@ StepResult DataParallel::step(const StepInput& input, optim::Optimizer& optimize
   nn::ParamStore& store = context_.model.store();
   const std::int64_t step = input.step;
   sync_->begin_step();
+  std::span<const std::int32_t> labels = input.labels;
+  if (flips_labels_) {
+    // Label flipping (docs/ROBUST.md): this rank trains on y -> C - 1 - y; negative labels
+    // (positions without a target) stay.
+    flipped_.assign(labels.begin(), labels.end());
+    for (std::int32_t& y : flipped_) {
+      if (y >= 0) y = static_cast<std::int32_t>(classes_ - 1 - y);
+    }
+    labels = flipped_;
+  }
   const LocalGradients::Result local =
-      context_.local.compute(input.x, input.labels, step, input.global_count,
+      context_.local.compute(input.x, labels, step, input.global_count,
                              [this](std::size_t layer) { sync_->on_layer_done(layer); });
   StepResult result;
   result.loss = local.mean_loss();
@@ -198,7 +228,7 @@ void DataParallel::restore_state(std::vector<optim::StateTensor> state,
 
 std::vector<std::string> DataParallel::describe() const {
   const auto& p = context_.config.parallel;
-  return {
+  std::vector<std::string> lines = {
       fmt::format(
           "data parallel: {} ranks ({} per process), {}, {} gradient bucket(s): {}, overlap {}, "
           "batch norm {}",
@@ -218,6 +248,20 @@ std::vector<std::string> DataParallel::describe() const {
                         "(docs/COMPRESSION.md)",
                         codec_.text(), compress::exchange_name(codec_.exchange()),
                         codec_.error_feedback ? "on" : "off")};
+  const DataParallelSection& dp = context_.config.data_parallel;
+  if (robust_ || dp.attack != "none") {
+    const std::int64_t f = dp.byzantine;
+    lines.push_back(fmt::format(
+        "gradients aggregated: {} of the {} ranks' gradients{}, byzantine f = {}{} "
+        "(docs/ROBUST.md)",
+        dp.aggregator, context_.world,
+        robust_ ? " (allgather, (P-1) x 4n bytes per rank and bucket)" : " (plain allreduce)", f,
+        dp.attack == "none" ? std::string(", no attack")
+        : f == 1            ? fmt::format(", attack {} by rank {}", dp.attack, context_.world - 1)
+                 : fmt::format(", attack {} by ranks {}..{}", dp.attack, context_.world - f,
+                               context_.world - 1)));
+  }
+  return lines;
 }
 
 nlohmann::json DataParallel::summary(const RunTotalsView& totals) {
@@ -235,7 +279,12 @@ nlohmann::json DataParallel::summary(const RunTotalsView& totals) {
   const double p = static_cast<double>(context_.world);
   auto predicted = predicted_bytes(codec_, sync_->buckets(), context_.model.store().param_entries(),
                                    context_.world);
-  if (fused()) {
+  if (robust_) {
+    predicted = {0.0, "sum over buckets of (P-1) x 4 n (allgather of every rank's f32 gradient)"};
+    for (const parallel::GradientBucket& bucket : sync_->buckets()) {
+      predicted.first += (p - 1.0) * 4.0 * static_cast<double>(bucket.count);
+    }
+  } else if (fused()) {
     // The gradient sums are reads of the other ranks' buffers, not messages: only the parameter
     // allgather, (P-1)/P x 4 N.
     predicted = {predicted.first / 2.0,
@@ -262,6 +311,9 @@ nlohmann::json DataParallel::summary(const RunTotalsView& totals) {
           {"sync_batch_norm", dp.sync_batch_norm},
           {"compression", codec_.text()},
           {"error_feedback", codec_.error_feedback},
+          {"aggregator", dp.aggregator},
+          {"attack", dp.attack},
+          {"byzantine", dp.byzantine},
           {"predicted_bytes_sent_per_rank_and_step", predicted.first},
           {"predicted_bytes_formula", predicted.second},
           {"mean_compute_seconds", compute / p},

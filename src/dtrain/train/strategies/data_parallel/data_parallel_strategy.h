@@ -5,15 +5,22 @@
 // update on every rank. What a bucket's exchange is, is a reducer (parallel/gradient_reducer.h),
 // chosen once from the policies beside this file: plain allreduce; ZeRO-1 (zero_policy.h), where
 // each rank keeps the optimizer state of its shard only (reduce-scatter, update 1/P, allgather the
-// parameters); or, for ranks that are threads, ZeRO-1 with the shard's gradient sums formed inside
-// the update (fused_update_policy.h).
+// parameters); for ranks that are threads, ZeRO-1 with the shard's gradient sums formed inside
+// the update (fused_update_policy.h); a codec of compress/ (compressed_reducer.h); or, with
+// data_parallel.aggregator other than mean or a gradient attack, Byzantine-robust aggregation
+// (robust_reducer.h: allgather each bucket, aggregate the P rows; docs/ROBUST.md). Robust runs are
+// replicated (zero_stage auto -> 0) and, with bucket_bytes auto, one bucket, so that Krum and
+// centered clipping see the whole gradient. data_parallel.attack = "labelflip" flips the labels of
+// the last data_parallel.byzantine ranks' shares (y -> C - 1 - y) before forward.
 //
 // Setup: the ranks check that config and parameter layout agree (the Trainer) and take rank 0's
 // parameters (broadcast). Checkpoints hold the whole optimizer state, in the layout of an unsharded
 // run (ZeRO-1 gathers its shards), so a run resumes sharded or not.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "dtrain/compress/codec_spec.h"
 #include "dtrain/parallel/gradient_synchronizer.h"
@@ -47,11 +54,15 @@ class DataParallel final : public Strategy {
   bool fused() const { return !sync_->reducer().per_bucket(); }
 
   comm::Communicator& comm_;
-  OverlapDecision overlap_;    // data_parallel.overlap resolved for this host
-  ZeroDecision zero_;          // data_parallel.zero_stage resolved for this run
-  FusedUpdateDecision fused_;  // data_parallel.sum_in_update resolved
-  compress::CodecSpec codec_;  // data_parallel.compression and error_feedback
-  FusionDecision fusion_;      // data_parallel.bucket_bytes resolved
+  OverlapDecision overlap_;            // data_parallel.overlap resolved for this host
+  ZeroDecision zero_;                  // data_parallel.zero_stage resolved for this run
+  FusedUpdateDecision fused_;          // data_parallel.sum_in_update resolved
+  compress::CodecSpec codec_;          // data_parallel.compression and error_feedback
+  FusionDecision fusion_;              // data_parallel.bucket_bytes resolved
+  bool robust_ = false;                // the robust reducer (aggregator or gradient attack)
+  bool flips_labels_ = false;          // attack labelflip, and this rank is one of the last f
+  std::int64_t classes_ = 0;           // labelflip's C: the model's outputs per position
+  std::vector<std::int32_t> flipped_;  // labelflip: this step's labels, flipped
   std::unique_ptr<parallel::GradientSynchronizer> sync_;
   std::unique_ptr<parallel::SyncBatchNormReducer> bn_reducer_;
 };

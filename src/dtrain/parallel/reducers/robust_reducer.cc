@@ -1,0 +1,130 @@
+#include "dtrain/parallel/reducers/robust_reducer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "dtrain/aggregate/aggregator_spec.h"
+#include "dtrain/base/error.h"
+
+namespace dtrain::parallel {
+
+bool needs_robust_reducer(const std::string& aggregator, const std::string& attack) {
+  // Label flipping changes the attackers' data, not what they send: the mean of its gradients is
+  // the plain allreduce's.
+  return aggregator != "mean" || (attack != "none" && attack != "labelflip");
+}
+
+RobustReducer::RobustReducer(const ReducerContext& context, const RobustOptions& options)
+    : GradientReducer(context), options_(options), gather_options_(context.collective) {
+  const int ranks = context.comm.size();
+  const int f = options.byzantine;
+  if (f < 0 || f >= ranks) {
+    throw ConfigError(fmt::format(
+        "byzantine = {} attacking ranks needs 0 <= f < P = {} ranks (at least one honest rank)", f,
+        ranks));
+  }
+  const bool gradient_attack = options.attack != "none" && options.attack != "labelflip";
+  if (gradient_attack) {
+    if (f == 0) {
+      throw ConfigError(
+          fmt::format("attack '{}' needs byzantine >= 1 attacking ranks (the last f ranks), got 0",
+                      options.attack));
+    }
+    attack_ = aggregate::parse_attack(options.attack, options.seed);
+    // ALIE's z formula needs 1 <= f <= floor(P/2): fail here, not at the first step.
+    if (attack_->name() == "alie") aggregate::alie_z(ranks, f);
+  }
+  gather_options_.algorithm.clear();
+  states_.resize(context.buckets.size());
+  for (std::size_t b = 0; b < states_.size(); ++b) {
+    BucketState& state = states_[b];
+    state.gathered.resize(static_cast<std::size_t>(context.buckets[b].count) *
+                          static_cast<std::size_t>(ranks));
+    state.aggregator = aggregate::parse_aggregator(options.aggregator, f, options.seed);
+    state.aggregator->check_inputs(ranks);
+  }
+  collective_ = states_.empty() ? options.aggregator : states_.front().aggregator->name();
+  collective_ += " allgather";
+  if (attack_) collective_ += fmt::format(" + {} on {} rank(s)", attack_->name(), f);
+}
+
+RobustReducer::~RobustReducer() = default;
+
+std::size_t RobustReducer::index_of(const GradientBucket& bucket) const {
+  const auto index = static_cast<std::size_t>(&bucket - context_.buckets.data());
+  DTRAIN_CHECK_LT(index, context_.buckets.size());
+  return index;
+}
+
+void RobustReducer::scale(const GradientBucket& bucket, float* grads) const {
+  const auto p = static_cast<float>(context_.comm.size());
+  for (std::int64_t i = 0; i < bucket.count; ++i) grads[i] *= p;
+}
+
+void RobustReducer::combine(std::size_t b, const GradientBucket& bucket, float* grads) {
+  BucketState& state = states_[b];
+  const int ranks = context_.comm.size();
+  const std::int64_t n = bucket.count;
+  float* rows = state.gathered.data();
+  const auto row = [&](int r) { return rows + static_cast<std::int64_t>(r) * n; };
+  if (attack_) {
+    const int f = options_.byzantine;
+    const int honest_count = ranks - f;
+    std::vector<const float*> honest;
+    for (int r = 0; r < honest_count; ++r) honest.push_back(row(r));
+    aggregate::AttackInput input;
+    input.honest = honest;
+    input.workers = ranks;
+    input.byzantine = f;
+    input.step = static_cast<std::uint64_t>(state.steps);
+    for (int r = honest_count; r < ranks; ++r) {
+      if (attack_->needs_honest() && r > honest_count) {
+        // ALIE and IPM depend on the honest rows only: every attacker sends the same row.
+        std::copy_n(row(honest_count), n, row(r));
+        continue;
+      }
+      input.own = row(r);
+      input.rank = r;
+      attack_->apply(input, n, row(r));
+    }
+  }
+  state.aggregator->aggregate(rows, ranks, n, grads);
+  ++state.steps;
+}
+
+void RobustReducer::reduce(const GradientBucket& bucket, float* grads) {
+  const std::size_t b = index_of(bucket);
+  scale(bucket, grads);
+  context_.comm.allgather(grads, states_[b].gathered.data(), bucket.count, DType::kF32,
+                          gather_options_);
+  combine(b, bucket, grads);
+}
+
+comm::Work RobustReducer::reduce_async(const GradientBucket& bucket, float* grads) {
+  const std::size_t b = index_of(bucket);
+  scale(bucket, grads);
+  comm::Work exchanged = context_.comm.allgather_async(grads, states_[b].gathered.data(),
+                                                       bucket.count, DType::kF32, gather_options_);
+  comm::Work done(fmt::format("rank {}: {} of bucket {}", context_.comm.rank(), collective_, b));
+  // The collective's own deadline ends it first; the wait only bounds a lost Work.
+  const auto timeout = context_.comm.options().timeout * 2;
+  combiner_.push([this, b, &bucket, grads, exchanged, done, timeout] {
+    try {
+      exchanged.wait(timeout);
+      combine(b, bucket, grads);
+      done.finish(nullptr);
+    } catch (...) {
+      done.finish(std::current_exception());
+    }
+  });
+  return done;
+}
+
+ReducerFactory robust_reducer(const RobustOptions& options) {
+  return [options](const ReducerContext& context) {
+    return std::make_unique<RobustReducer>(context, options);
+  };
+}
+
+}  // namespace dtrain::parallel

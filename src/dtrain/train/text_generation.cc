@@ -23,8 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Which bytes the training split holds, or nullopt-like empty when the corpus cannot be read any
-// more (moved since training): the check is then skipped with a warning.
+// Which bytes the training split holds (indexed by byte value), or an empty vector when the corpus
+// cannot be read any more (moved since training): the check is then skipped with a warning.
 std::vector<bool> training_bytes(const DataSection& data) {
   std::string text;
   try {

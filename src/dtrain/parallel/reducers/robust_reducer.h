@@ -14,11 +14,11 @@
 //   2. allgather (ring, f32): gathered (P, n) row-major, rank r's row at r n. Bytes sent per rank:
 //      (P-1) x 4n, against 2 (P-1)/P x 4n for a ring allreduce: P/2 times as many.
 //   3. attack (attack != none): rows P-f .. P-1 replaced, in rank order. Every rank holds the
-//   honest
-//      rows after the allgather and computes the same Byzantine rows from them, deterministically,
-//      so this simulates an omniscient attacker that sees the honest gradients of the step before
-//      it sends (ALIE, IPM need that), as the papers' experiments do; signflip and scale use the
-//      attacking rank's own honest row, noise a pure function of (seed, bucket step, rank).
+//      honest rows after the allgather and computes the same Byzantine rows from them,
+//      deterministically, so this simulates an omniscient attacker that sees the honest gradients
+//      of the step before it sends (ALIE, IPM need that), as the papers' experiments do; signflip
+//      and scale use the attacking rank's own honest row, noise a pure function of (seed, bucket
+//      step, rank).
 //   4. aggregate the P rows into the bucket: out (n) = aggregator(gathered). With the mean this is
 //      the plain allreduce's sum to rounding (the mean of P x g_r is the sum of g_r); the reducer
 //      contract (gradient_reducer.h) is that sum, the gradient of the global batch's mean loss.

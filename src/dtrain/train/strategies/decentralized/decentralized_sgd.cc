@@ -5,12 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
-#include <set>
 #include <string_view>
+#include <utility>
 
 #include "dtrain/base/error.h"
 #include "dtrain/nn/loss.h"
 #include "dtrain/parallel/rank_agreement.h"
+#include "dtrain/train/strategies/per_rank_state.h"
 #include "dtrain/train/strategies/single_worker.h"
 #include "dtrain/train/trainer.h"
 
@@ -19,8 +20,6 @@ namespace dtrain::train {
 namespace {
 
 using Clock = TraceRecorder::Clock;
-
-std::string rank_prefix(int rank) { return fmt::format("rank{}/", rank); }
 
 // Checkpoint tensors that are not optimizer state: each rank's replica.
 constexpr std::string_view kParams = "params";
@@ -275,21 +274,7 @@ std::vector<optim::StateTensor> DecentralizedSgd::checkpoint_state(
       {std::string(kBuffers),
        std::vector<float>(store.buffers(), store.buffers() + store.num_buffer_elements())});
   // Gathered at rank 0, which alone writes the file (the other ranks return nothing).
-  const bool writer = context_.rank == 0;
-  std::vector<optim::StateTensor> all;
-  for (const optim::StateTensor& tensor : mine) {
-    const auto count = static_cast<std::int64_t>(tensor.values.size());
-    std::vector<float> gathered(
-        writer ? tensor.values.size() * static_cast<std::size_t>(context_.world) : 0);
-    if (count > 0) {
-      comm_.gather(tensor.values.data(), writer ? gathered.data() : nullptr, count, DType::kF32, 0);
-    }
-    if (!writer) continue;
-    for (int r = 0; r < context_.world; ++r) {
-      const auto begin = gathered.begin() + static_cast<std::ptrdiff_t>(r) * count;
-      all.push_back({rank_prefix(r) + tensor.name, std::vector<float>(begin, begin + count)});
-    }
-  }
+  std::vector<optim::StateTensor> all = gather_per_rank(comm_, mine, /*root_only=*/true);
   // The checkpoint's model (written from the store after this returns) is the average; this
   // rank's replica comes back before its next step (or at finish()).
   average_into_store();
@@ -300,34 +285,24 @@ void DecentralizedSgd::restore_state(std::vector<optim::StateTensor> state,
                                      std::int64_t optimizer_steps, optim::Optimizer& optimizer,
                                      const std::string& path) {
   const std::string prefix = rank_prefix(context_.rank);
-  std::vector<optim::StateTensor> mine;
-  std::set<std::string> writers;  // the "rankN/" prefixes the checkpoint holds
+  PerRankState split = split_per_rank(state, context_.rank);
   const optim::StateTensor* params = nullptr;
   const optim::StateTensor* buffers = nullptr;
-  for (optim::StateTensor& tensor : state) {
-    const auto slash = tensor.name.find('/');
-    if (tensor.name.rfind("rank", 0) == 0 && slash != std::string::npos) {
-      writers.insert(tensor.name.substr(0, slash + 1));
-    }
-    if (tensor.name.rfind(prefix, 0) == 0) {
-      mine.push_back({tensor.name.substr(prefix.size()), std::move(tensor.values)});
-    }
-  }
-  if (writers.empty()) {
+  if (split.writers == 0) {
     // A checkpoint of synchronous training: every replica starts from its model and state.
     Strategy::restore_state(std::move(state), optimizer_steps, optimizer, path);
     return;
   }
   // Every rank reads the same file and so fails alike: no rank goes on to wait for the others.
-  if (std::ssize(writers) != context_.world) {
+  if (std::cmp_not_equal(split.writers, context_.world)) {
     throw CheckpointError(fmt::format(
         "checkpoint {} holds the replicas of {} ranks, and this run has {}; each rank's "
         "parameters and optimizer state are its own, so resume with {} ranks (or start a new run "
         "from the checkpoint's averaged parameters with --config)",
-        path, writers.size(), context_.world, writers.size()));
+        path, split.writers, context_.world, split.writers));
   }
   std::vector<optim::StateTensor> optimizer_state;
-  for (optim::StateTensor& tensor : mine) {
+  for (optim::StateTensor& tensor : split.mine) {
     if (tensor.name == kParams) {
       params = &tensor;
     } else if (tensor.name == kBuffers) {

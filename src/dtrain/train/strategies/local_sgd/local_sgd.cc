@@ -4,20 +4,17 @@
 
 #include <algorithm>
 #include <chrono>
-#include <set>
 #include <string_view>
+#include <utility>
 
 #include "dtrain/base/error.h"
 #include "dtrain/parallel/rank_agreement.h"
+#include "dtrain/train/strategies/per_rank_state.h"
 #include "dtrain/train/strategies/single_worker.h"
 
 namespace dtrain::train {
 
-namespace {
-
-std::string rank_prefix(int rank) { return fmt::format("rank{}/", rank); }
-
-}  // namespace
+namespace {}  // namespace
 
 LocalSgd::LocalSgd(const StrategyContext& context)
     : Strategy(context), comm_(required_communicator(context, "local SGD")) {
@@ -116,48 +113,26 @@ void LocalSgd::mean_of_replicas() {
 }
 
 std::vector<optim::StateTensor> LocalSgd::checkpoint_state(const optim::Optimizer& optimizer) {
-  const std::vector<optim::StateTensor> mine = optimizer.state();
-  std::vector<optim::StateTensor> all;
-  for (const optim::StateTensor& tensor : mine) {
-    const auto count = static_cast<std::int64_t>(tensor.values.size());
-    std::vector<float> gathered(tensor.values.size() * static_cast<std::size_t>(context_.world));
-    comm_.allgather(tensor.values.data(), gathered.data(), count, DType::kF32);
-    for (int r = 0; r < context_.world; ++r) {
-      const auto begin = gathered.begin() + static_cast<std::ptrdiff_t>(r) * count;
-      all.push_back({rank_prefix(r) + tensor.name, std::vector<float>(begin, begin + count)});
-    }
-  }
-  return all;
+  return gather_per_rank(comm_, optimizer.state(), /*root_only=*/false);
 }
 
 void LocalSgd::restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
                              optim::Optimizer& optimizer, const std::string& path) {
-  const std::string prefix = rank_prefix(context_.rank);
-  std::vector<optim::StateTensor> mine;
-  std::set<std::string> writers;  // the "rankN/" prefixes the checkpoint holds
-  for (optim::StateTensor& tensor : state) {
-    const auto slash = tensor.name.find('/');
-    if (tensor.name.rfind("rank", 0) == 0 && slash != std::string::npos) {
-      writers.insert(tensor.name.substr(0, slash + 1));
-    }
-    if (tensor.name.rfind(prefix, 0) == 0) {
-      mine.push_back({tensor.name.substr(prefix.size()), std::move(tensor.values)});
-    }
-  }
-  if (writers.empty()) {
+  PerRankState split = split_per_rank(state, context_.rank);
+  if (split.writers == 0) {
     // A checkpoint of synchronous training: every replica starts from its (replicated) state.
     Strategy::restore_state(std::move(state), optimizer_steps, optimizer, path);
     return;
   }
   // Every rank reads the same file and so fails alike: no rank goes on to wait for the others.
-  if (std::ssize(writers) != context_.world) {
+  if (std::cmp_not_equal(split.writers, context_.world)) {
     throw CheckpointError(fmt::format(
         "checkpoint {} holds the local SGD optimizer state of {} ranks, and this run has {}; each "
         "rank's momentum is its own, so resume with {} ranks (or start a new run from the "
         "checkpoint's averaged parameters with --config)",
-        path, writers.size(), context_.world, writers.size()));
+        path, split.writers, context_.world, split.writers));
   }
-  Strategy::restore_state(std::move(mine), optimizer_steps, optimizer, path);
+  Strategy::restore_state(std::move(split.mine), optimizer_steps, optimizer, path);
 }
 
 std::vector<std::string> LocalSgd::describe() const {

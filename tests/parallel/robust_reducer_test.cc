@@ -19,41 +19,18 @@
 #include "dtrain/nn/model_zoo.h"
 #include "dtrain/parallel/reducers/allreduce_reducer.h"
 #include "random_values.h"
+#include "reducer_fixture.h"
 
 namespace dtrain::parallel {
 namespace {
 
 constexpr std::uint64_t kSeed = 77;
 
-std::unique_ptr<nn::Model> small_mlp() {
-  nn::ModelSpec spec;
-  spec.name = "mlp";
-  spec.input = {12};
-  spec.num_classes = 3;
-  spec.hidden = {7, 5};
-  auto model = nn::build_model(spec);
-  model->init(1);
-  return model;
-}
+using testing::small_mlp;
+using testing::total;
 
 // Buckets of 1, 7 and 1000 elements over one flat buffer (the reducer needs only ranges).
-std::vector<GradientBucket> odd_buckets() {
-  std::vector<GradientBucket> buckets;
-  std::int64_t offset = 0;
-  for (std::int64_t count : {1, 7, 1000}) {
-    GradientBucket b;
-    b.offset = offset;
-    b.count = count;
-    b.name = "bucket" + std::to_string(buckets.size());
-    buckets.push_back(b);
-    offset += count;
-  }
-  return buckets;
-}
-
-std::int64_t total(const std::vector<GradientBucket>& buckets) {
-  return buckets.back().offset + buckets.back().count;
-}
+std::vector<GradientBucket> odd_buckets() { return testing::bare_buckets({1, 7, 1000}); }
 
 // Rank r's gradient at a step.
 std::vector<float> gradient(int rank, int step, std::int64_t n) {

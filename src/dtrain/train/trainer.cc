@@ -62,14 +62,12 @@ nn::ModelSpec model_spec(const ModelSection& config, const tensor::Shape& sample
   spec.dropout = static_cast<float>(config.dropout);
   spec.resnet_width = config.resnet_width;
   spec.resnet_blocks = config.resnet_blocks;
-  if (config.name == "gpt") {
-    // The context is the data's window (B, T); the vocabulary its classes (256 bytes).
-    spec.block = sample_shape.empty() ? 0 : sample_shape[0];
-    spec.vocab = classes;
-    spec.d_model = config.gpt_dim;
-    spec.heads = config.gpt_heads;
-    spec.layers = config.gpt_layers;
-  }
+  // gpt (read by it alone): the context is the data's window (B, T), the vocabulary its classes.
+  if (!sample_shape.empty()) spec.block = sample_shape[0];
+  spec.vocab = classes;
+  spec.d_model = config.gpt_dim;
+  spec.heads = config.gpt_heads;
+  spec.layers = config.gpt_layers;
   spec.init = config.init;
   spec.init_sigma = static_cast<float>(config.init_sigma);
   return spec;

@@ -11,6 +11,7 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/base/rng.h"
+#include "dtrain/comm/comm_error.h"
 #include "ps_harness.h"
 
 namespace dtrain::ps {
@@ -264,6 +265,87 @@ TEST(ParameterServer, BspTimesOutNamingTheWorkerThatNeverPushed) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("worker(s) 1 (rank 1)"));
   }
+}
+
+// Checkpoints: get_state returns the servers' optimizer state in the layout of one optimizer over
+// every key, whatever the server count, and set_state loads such a state into any server count, so
+// that training continues exactly as one optimizer would have.
+TEST(ParameterServer, OptimizerStateMovesBetweenServerCountsInTheOneOptimizerLayout) {
+  constexpr std::int64_t kKeys = 11;
+  constexpr double kLr = 0.1;
+  ServerOptions options = sgd_options(Consistency::kBsp, kKeys);
+  options.optimizer.name = "adam";
+  options.segments = {{"a", 0, 4, true}, {"b", 4, 7, false}};
+  options.optimizer.weight_decay = 0.01;
+  const auto reference = optim::make_optimizer(options.optimizer, options.segments);
+  std::vector<float> params(kKeys);
+  for (std::int64_t i = 0; i < kKeys; ++i) params[static_cast<std::size_t>(i)] = 0.1f * i - 0.3f;
+  const std::vector<float> initial = params;
+  auto gradient = [](int step) {
+    std::vector<float> g(kKeys);
+    for (std::int64_t i = 0; i < kKeys; ++i) {
+      g[static_cast<std::size_t>(i)] = std::sin(static_cast<float>(step * kKeys + i));
+    }
+    return g;
+  };
+  for (int step = 0; step < 2; ++step) reference->step(params.data(), gradient(step).data(), kLr);
+  const std::vector<optim::StateTensor> after_two = reference->state();
+  ASSERT_EQ(after_two.size(), 2u);
+
+  // Two steps on 3 servers, then the state read back in the one-optimizer layout.
+  OptimizerState saved;
+  std::vector<float> saved_params(kKeys);
+  run_ps(1, 3, kKeys, options, [&](Client& client, int) {
+    client.put({0, kKeys}, initial.data());
+    for (int step = 0; step < 2; ++step) {
+      const auto g = gradient(step);
+      EXPECT_EQ(client.push({0, kKeys}, g.data(), {step, 1, 1, kLr}, saved_params.data()).version,
+                step + 1);
+    }
+    saved = client.get_state({0, kKeys});
+    client.stop();
+  });
+  EXPECT_EQ(saved_params, params);
+  ASSERT_EQ(saved.vectors.size(), 2u);
+  EXPECT_EQ(saved.vectors[0], after_two[0].values);
+  EXPECT_EQ(saved.vectors[1], after_two[1].values);
+  EXPECT_EQ(saved.steps, (std::vector<std::int64_t>{2, 2, 2}));
+
+  // Loaded into 2 servers, the third step is the one optimizer's third step, bit for bit.
+  reference->step(params.data(), gradient(2).data(), kLr);
+  std::vector<float> resumed(kKeys);
+  OptimizerState after_three;
+  run_ps(1, 2, kKeys, options, [&](Client& client, int) {
+    client.put({0, kKeys}, saved_params.data());
+    client.set_state({0, kKeys}, saved.vectors, 2);
+    const auto g = gradient(2);
+    EXPECT_EQ(client.push({0, kKeys}, g.data(), {2, 1, 1, kLr}, resumed.data()).version, 3);
+    after_three = client.get_state({0, kKeys});
+    // A state of another optimizer is refused by the server, named, and the server serves on.
+    EXPECT_THAT(
+        [&] {
+          client.set_state({0, kKeys}, {saved.vectors[1], saved.vectors[1], saved.vectors[1]}, 3);
+        },
+        ::testing::ThrowsMessage<comm::CommError>(
+            ::testing::HasSubstr("optimizer state vector 2 sent, the optimizer has 2")));
+    client.stop();
+  });
+  EXPECT_EQ(resumed, params);
+  EXPECT_EQ(after_three.vectors[0], reference->state()[0].values);
+  EXPECT_EQ(after_three.vectors[1], reference->state()[1].values);
+}
+
+// A resumed run's first ticket request names the first ticket of its epoch: the tickets of the
+// epochs its checkpoint holds are skipped, and later requests go on from there.
+TEST(ParameterServer, TicketsStartWhereAResumedRunAsks) {
+  ServerOptions options = sgd_options(Consistency::kAsync, 4);
+  options.tickets = 10;
+  run_ps(1, 1, 4, options, [&](Client& client, int) {
+    EXPECT_EQ(client.next_ticket(6), 6);
+    EXPECT_EQ(client.next_ticket(0), 7);
+    EXPECT_EQ(client.next_ticket(12), -1);
+    client.stop();
+  });
 }
 
 }  // namespace

@@ -11,7 +11,6 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/train/atomic_file.h"
-#include "dtrain/train/checkpoint_dir.h"
 
 namespace dtrain::train {
 namespace {
@@ -242,47 +241,7 @@ TEST(Checkpoint, FailedWriteLeavesThePreviousFileIntact) {
   EXPECT_EQ(read_checkpoint(path).epoch, 4);
 }
 
-TEST(CheckpointDir, SavesPointsLatestAndKeepsTheNewest) {
-  TempDir dir;
-  nn::ParamStore store = make_store();
-  CheckpointDir checkpoints((dir.path() / "checkpoints").string(), /*keep=*/2);
-  Checkpoint c = make_checkpoint(store);
-  for (std::int64_t epoch = 1; epoch <= 4; ++epoch) {
-    c.epoch = epoch;
-    const std::string path = checkpoints.save(c, epoch);
-    EXPECT_EQ(checkpoints.latest_path(), path);
-    EXPECT_EQ(read_checkpoint(checkpoints.latest_path()).epoch, epoch);
-  }
-  const auto files = checkpoints.list();
-  ASSERT_EQ(files.size(), 2u);
-  EXPECT_THAT(files[0], HasSubstr("epoch-3.ckpt"));
-  EXPECT_THAT(files[1], HasSubstr("epoch-4.ckpt"));
-  EXPECT_EQ(read_whole_file((dir.path() / "checkpoints" / "latest").string()), "epoch-4.ckpt\n");
-}
-
-TEST(CheckpointDir, KeepZeroKeepsAll) {
-  TempDir dir;
-  nn::ParamStore store = make_store();
-  CheckpointDir checkpoints(dir.path().string(), /*keep=*/0);
-  for (std::int64_t epoch = 1; epoch <= 12; ++epoch)
-    checkpoints.save(make_checkpoint(store), epoch);
-  const auto files = checkpoints.list();
-  ASSERT_EQ(files.size(), 12u);
-  EXPECT_THAT(files.back(), HasSubstr("epoch-12.ckpt"));  // numeric, not lexical, order
-  EXPECT_THAT(files[1], HasSubstr("epoch-2.ckpt"));
-}
-
-TEST(CheckpointDir, MissingOrBadLatest) {
-  TempDir dir;
-  CheckpointDir checkpoints(dir.path().string(), 2);
-  EXPECT_THAT(checkpoint_error([&] { checkpoints.latest_path(); }),
-              HasSubstr("no checkpoint to resume from"));
-  write_file_atomically(dir.file("latest"), "../../etc/passwd\n");
-  EXPECT_THAT(checkpoint_error([&] { checkpoints.latest_path(); }),
-              HasSubstr("should name a checkpoint file like epoch-3.ckpt"));
-  write_file_atomically(dir.file("latest"), "epoch-7.ckpt\n");
-  EXPECT_THAT(checkpoint_error([&] { checkpoints.latest_path(); }), HasSubstr("does not exist"));
-}
+// CheckpointDir (names, order, pruning, the newest good checkpoint): checkpoint_dir_test.cc.
 
 }  // namespace
 }  // namespace dtrain::train

@@ -243,6 +243,56 @@ TEST_F(DataParallelTest, ShardedOptimizerCheckpointsTheWholeStateAndResumesEithe
   EXPECT_EQ(sharded_from_replicated, allreduce_training(config, 3));
 }
 
+// Resume on another number of ranks (--workers or mpirun -np changed): the checkpoint holds one
+// worker's layout, so P' ranks re-cut the ZeRO-1 shards of the optimizer state, keep the global
+// batch, the sampler position and the schedule, and continue on the trajectory an uninterrupted
+// P' run follows (equal up to the rounding of sums over another number of ranks).
+TEST_F(DataParallelTest, ACheckpointOfPRanksResumesOnAnotherNumberOfRanks) {
+  Config config = mlp_config();
+  config.train.epochs = 1;
+  config.train.checkpoint_every = 1;
+  config.train.checkpoint_every_steps = 4;  // a checkpoint inside the epoch too
+  for (const auto& [from, to] : {std::pair{2, 1}, std::pair{2, 3}, std::pair{4, 2}}) {
+    SCOPED_TRACE(fmt::format("{} -> {} ranks", from, to));
+    const std::string run = dir(fmt::format("reshard{}to{}", from, to));
+    allreduce_training(config, from, run);
+    Config longer = config;
+    longer.train.epochs = 2;
+    const std::vector<float> resumed =
+        to == 1 ? std::vector<float>{} : allreduce_training(longer, to, run, true);
+    std::vector<float> got = resumed;
+    if (to == 1) {
+      longer.parallel.workers = 1;
+      Trainer trainer(longer, TrainerOptions{run, true, true, stderr, nullptr, nullptr});
+      trainer.run();
+      const auto& store = trainer.model().store();
+      got.assign(store.params(), store.params() + store.num_params());
+    }
+    const std::vector<float> reference =
+        to == 1 ? single(longer) : allreduce_training(longer, to, dir("reference"));
+    EXPECT_LT(relative_difference(got, reference), 1e-6);
+  }
+}
+
+// A strategy whose checkpoint holds per-rank state (local SGD's replicas) refuses another
+// number of ranks, naming both counts and what to do.
+TEST_F(DataParallelTest, PerRankStateRefusesAnotherNumberOfRanks) {
+  Config config = mlp_config();
+  config.parallel.strategy = "local_sgd";
+  config.local_sgd.period = 2;
+  config.train.checkpoint_every = 1;
+  const std::string run = dir("local");
+  allreduce_training(config, 2, run);
+  config.train.epochs = 2;
+  try {
+    allreduce_training(config, 3, run, /*resume=*/true);
+    ADD_FAILURE() << "expected a CheckpointError";
+  } catch (const CheckpointError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("this run has 3"));
+    EXPECT_THAT(e.what(), HasSubstr("resume with 2 ranks"));
+  }
+}
+
 TEST_F(DataParallelTest, RanksWithDifferentConfigsAreNamed) {
   Config config = mlp_config();
   config.parallel.workers = 2;

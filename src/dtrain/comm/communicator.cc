@@ -331,15 +331,31 @@ Communicator::Call Communicator::make_call(Kind kind, const void* input, void* o
   return call;
 }
 
-std::string Communicator::describe(const Call& call) const {
-  std::string what =
-      fmt::format("{}: {} #{} ({}", label_, kind_name(call.kind), call.seq, call.algorithm);
+std::string Communicator::call_name(const Call& call) const {
+  std::string what = fmt::format("{} #{} ({}", kind_name(call.kind), call.seq, call.algorithm);
   if (call.kind != Kind::kBarrier) {
     what += fmt::format(", {} x {}", call.count, dtype_name(call.dtype));
   }
   if (reduces(call.kind)) what += fmt::format(", {}", reduce_op_name(call.op));
   if (rooted(call.kind)) what += fmt::format(", root {}", call.root);
-  return what + "): ";
+  return what + ")";
+}
+
+std::string Communicator::describe(const Call& call) const {
+  return fmt::format("{}: {}: ", label_, call_name(call));
+}
+
+std::optional<StallWatch> Communicator::stall_watch(Clock::time_point start,
+                                                    std::chrono::milliseconds timeout,
+                                                    std::function<std::string()> what) const {
+  if (options_.stall_warning.count() <= 0 || options_.stall_warning >= timeout) return std::nullopt;
+  StallWatch watch;
+  watch.start = start;
+  watch.at = start + options_.stall_warning;
+  watch.timeout = timeout;
+  watch.label = label_;
+  watch.what = std::move(what);
+  return watch;
 }
 
 void Communicator::check_header(const Call& call, Clock::time_point start) {
@@ -529,10 +545,12 @@ void Communicator::run_allreduce(const Call& call, Channel& channel, Traffic& ex
     // The sub-transports fold their own ids into the tag: the parent's data tag is safe to reuse.
     Channel local(*levels.local, collective_tag(call.seq, call.tag, kPhaseData), channel.deadline(),
                   options_.segment_bytes);
+    local.set_stall_watch(channel.stall_watch());
     std::optional<Channel> leaders;
     if (levels.leaders) {
       leaders.emplace(*levels.leaders, collective_tag(call.seq, call.tag, kPhaseData),
                       channel.deadline(), options_.segment_bytes);
+      leaders->set_stall_watch(channel.stall_watch());
     }
     auto add = [&](const Channel& used) {
       extra.bytes_sent += used.traffic().bytes_sent;
@@ -664,6 +682,11 @@ void Communicator::run(const Call& call) {
   Stopwatch watch;
   Channel channel(*transport_, collective_tag(call.seq, call.tag, kPhaseData), start + call.timeout,
                   options_.segment_bytes);
+  // Every wait of the call's data phase warns once past the stall threshold, naming its peer (the
+  // header check has its own inspector at rank 0, which names every late rank at once).
+  std::optional<StallWatch> stall =
+      stall_watch(start, call.timeout, [this, &call] { return call_name(call); });
+  if (stall) channel.set_stall_watch(&*stall);
   Traffic extra;
   try {
     if (options_.check_headers && call.check_header && size() > 1) check_header(call, start);
@@ -709,8 +732,14 @@ void Communicator::point_to_point(bool is_send, void* data, std::int64_t count, 
   }
   const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
   Stopwatch watch;
-  Channel channel(*transport_, kPointToPointBit | tag, Clock::now() + options_.timeout,
+  const Clock::time_point start = Clock::now();
+  Channel channel(*transport_, kPointToPointBit | tag, start + options_.timeout,
                   options_.segment_bytes);
+  std::optional<StallWatch> stall = stall_watch(start, options_.timeout, [&] {
+    return fmt::format("{} {} rank {} ({} x {}, tag {})", what, is_send ? "to" : "from", peer,
+                       count, dtype_name(dtype), tag);
+  });
+  if (stall) channel.set_stall_watch(&*stall);
   try {
     if (is_send) {
       channel.send(peer, data, bytes);
@@ -774,7 +803,23 @@ void PendingMessage::wait() {
   if (request_ == nullptr) return;
   const std::unique_ptr<Request> request = std::move(request_);
   try {
-    request->wait(deadline_);
+    const std::chrono::milliseconds stall = comm_->options().stall_warning;
+    const Clock::time_point stall_at = posted_ + stall;
+    bool waited = false;
+    if (stall.count() > 0 && stall_at < deadline_) {
+      try {
+        request->wait(stall_at);
+        waited = true;
+      } catch (const CommTimeoutError&) {
+        log::warn(
+            "stall: {} has waited {:.3g} s in {} {} rank {} ({} x {}, tag {}) (the call fails at "
+            "{:.3g} s)",
+            comm_->label_, std::chrono::duration<double>(Clock::now() - posted_).count(),
+            is_send_ ? "isend" : "irecv", is_send_ ? "to" : "from", peer_, count_,
+            dtype_name(dtype_), tag_, std::chrono::duration<double>(deadline_ - posted_).count());
+      }
+    }
+    if (!waited) request->wait(deadline_);
   } catch (const CommError&) {
     rethrow_with(fmt::format("rank {}: {} {} rank {} ({} x {}, tag {}): ", comm_->rank(),
                              is_send_ ? "isend" : "irecv", is_send_ ? "to" : "from", peer_, count_,

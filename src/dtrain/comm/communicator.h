@@ -18,8 +18,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,7 @@
 namespace dtrain::comm {
 
 class Channel;
+struct StallWatch;
 struct Traffic;
 struct AlphaBeta;
 
@@ -302,8 +305,16 @@ class Communicator {
   const Hierarchy& hierarchy();
   AlphaBeta auto_model(const Call& call, std::chrono::steady_clock::time_point start);
   void check_header(const Call& call, std::chrono::steady_clock::time_point start);
+  // "allreduce #57 (ring, 1000 x f32, sum)"; describe: "rank 0: " before it and ": " after.
+  std::string call_name(const Call& call) const;
   std::string describe(const Call& call) const;
+  // The stall warning of a call that started at `start` (none when CommOptions::stall_warning is
+  // off or not below the call's timeout).
+  std::optional<StallWatch> stall_watch(std::chrono::steady_clock::time_point start,
+                                        std::chrono::milliseconds timeout,
+                                        std::function<std::string()> what) const;
   Work submit(Call call);
+  friend class PendingMessage;  // its stall warning names this rank as the collectives' do
   Call make_neighbor_call(const void* input, void* output, std::int64_t count, DType dtype,
                           const Topology& topology, std::int64_t step,
                           const CollectiveOptions& options);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dtrain/base/error.h"
+#include "dtrain/comm/rank_threads.h"
 #include "dtrain/comm/transport/hybrid/transport.h"
 #include "dtrain/comm/transport/inproc/world.h"
 #include "dtrain/comm/transport/mpi/world.h"
@@ -30,11 +31,19 @@ void spawn_process_ranks(int threads_per_process, const std::function<void(Commu
     for (std::size_t d = 0; d < w; ++d) row.push_back(mpi_world_transport());
   }
   const std::shared_ptr<InprocWorld> world = InprocWorld::create(threads_per_process);
+  // Ends the injected sleeps of this process's rank threads (sleep_unless_aborted) when one
+  // of them fails or returns.
+  const auto ended = std::make_shared<WorldEndSignal>();
   std::mutex mu;
   std::exception_ptr first_error;
   std::vector<std::thread> threads;
   for (int t = 0; t < threads_per_process; ++t) {
     threads.emplace_back([&, t] {
+      bind_rank_thread(ended);
+      struct Raise {
+        WorldEndSignal& signal;
+        ~Raise() { signal.raise(); }
+      } raise_at_end{*ended};
       try {
         Communicator communicator(std::make_shared<HybridTransport>(world->transport(t), links),
                                   options);

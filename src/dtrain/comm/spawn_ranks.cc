@@ -3,14 +3,18 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <condition_variable>
 #include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dtrain/base/env.h"
+#include "dtrain/base/log.h"
 #include "dtrain/comm/comm_error.h"
+#include "dtrain/comm/rank_threads.h"
 #include "dtrain/comm/transport/inproc/world.h"
 
 namespace dtrain::comm {
@@ -74,45 +78,113 @@ std::string message_of(const std::exception_ptr& error) {
   }
 }
 
+// What the rank threads share with spawn_ranks; owned by all of them, so that a thread left
+// running after spawn_ranks returned (detached) still finds it.
+struct SpawnState {
+  std::shared_ptr<InprocWorld> world;
+  std::shared_ptr<WorldEndSignal> ended = std::make_shared<WorldEndSignal>();
+  std::function<void(Communicator&)> fn;
+  CommOptions options;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::exception_ptr first_error;  // guarded by mu, as are the fields below
+  bool reported = false;           // first_error was taken by spawn_ranks
+  int running = 0;
+  std::vector<char> finished;
+  std::vector<char> detached;
+};
+
+void run_rank(const std::shared_ptr<SpawnState>& state, int rank, int n, RankPinning pinning) {
+  pin_to_cpu(rank, n, pinning);
+  bind_rank_thread(state->ended);
+  // Records the error before telling the world, so that the errors it causes at other ranks come
+  // later; aborting before the communicator's destructor drains its async queue makes queued work
+  // fail fast instead of waiting for peers.
+  auto fail = [&](std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (!state->first_error && !state->reported) state->first_error = with_rank(error, rank);
+    }
+    state->cv.notify_all();
+    state->world->abort(rank, fmt::format("rank {} threw: {}", rank, message_of(error)));
+    state->ended->raise();
+  };
+  try {
+    Communicator communicator(state->world->transport(rank), state->options);
+    try {
+      state->fn(communicator);
+      state->world->abort(rank, fmt::format("rank {} exited (its function returned)", rank));
+      state->ended->raise();
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  } catch (...) {
+    fail(std::current_exception());  // the Communicator constructor or destructor
+  }
+  bind_rank_thread(nullptr);
+  {
+    std::lock_guard<std::mutex> lock(state->mu);
+    --state->running;
+    state->finished[static_cast<std::size_t>(rank)] = 1;
+    if (state->detached[static_cast<std::size_t>(rank)] != 0) {
+      rank_threads_detail::add_detached(-1);
+    }
+  }
+  state->cv.notify_all();
+}
+
 }  // namespace
 
 void spawn_ranks(int n, const std::function<void(Communicator&)>& fn, CommOptions options,
-                 RankPinning pinning) {
-  const std::shared_ptr<InprocWorld> world = InprocWorld::create(n);
-  std::mutex mu;
-  std::exception_ptr first_error;
+                 RankPinning pinning, std::chrono::milliseconds grace) {
+  auto state = std::make_shared<SpawnState>();
+  state->world = InprocWorld::create(n);
+  state->fn = fn;
+  state->options = std::move(options);
+  state->running = n;
+  state->finished.assign(static_cast<std::size_t>(n), 0);
+  state->detached.assign(static_cast<std::size_t>(n), 0);
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(n));
   for (int rank = 0; rank < n; ++rank) {
-    threads.emplace_back([&, rank] {
-      pin_to_cpu(rank, n, pinning);
-      // Records the error before telling the world, so that the errors it causes at other
-      // ranks come later; aborting before the communicator's destructor drains its async queue
-      // makes queued work fail fast instead of waiting for peers.
-      auto fail = [&](std::exception_ptr error) {
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          if (!first_error) first_error = with_rank(error, rank);
-        }
-        world->abort(rank, fmt::format("rank {} threw: {}", rank, message_of(error)));
-      };
-      try {
-        Communicator communicator(world->transport(rank), options);
-        try {
-          fn(communicator);
-        } catch (...) {
-          fail(std::current_exception());
-          return;
-        }
-      } catch (...) {
-        fail(std::current_exception());  // the Communicator constructor itself
-        return;
-      }
-      world->abort(rank, fmt::format("rank {} exited (its function returned)", rank));
-    });
+    threads.emplace_back([state, rank, n, pinning] { run_rank(state, rank, n, pinning); });
   }
-  for (auto& thread : threads) thread.join();
-  if (first_error) std::rethrow_exception(first_error);
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(state->mu);
+    // Every rank's waits have deadlines, but a rank may sleep or compute for longer: after the
+    // first error the others get `grace` to end (an abort makes their messages fail at once).
+    state->cv.wait(lock, [&] { return state->running == 0 || state->first_error; });
+    if (state->running > 0) {
+      state->cv.wait_for(lock, grace, [&] { return state->running == 0; });
+    }
+    for (int rank = 0; rank < n; ++rank) {
+      const auto r = static_cast<std::size_t>(rank);
+      if (state->finished[r] == 0) {
+        state->detached[r] = 1;
+        rank_threads_detail::add_detached(1);
+        log::warn(
+            "rank {} did not end within {} ms of the first error; left running (the process "
+            "must end)",
+            rank, grace.count());
+      }
+    }
+    // Taken out of the shared state: a detached thread that ends later must not release the
+    // exception the caller is handling (its reference count is not visible to ThreadSanitizer).
+    error = std::exchange(state->first_error, nullptr);
+    state->reported = true;
+  }
+  for (int rank = 0; rank < n; ++rank) {
+    std::thread& thread = threads[static_cast<std::size_t>(rank)];
+    std::lock_guard<std::mutex> lock(state->mu);
+    if (state->detached[static_cast<std::size_t>(rank)] != 0) {
+      thread.detach();
+    }
+  }
+  for (auto& thread : threads) {
+    if (thread.joinable()) thread.join();
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace dtrain::comm

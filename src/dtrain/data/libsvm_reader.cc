@@ -4,15 +4,23 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string_view>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/log.h"
+#include "dtrain/base/memory_info.h"
 #include "dtrain/data/input_file.h"
 
 namespace dtrain::data {
 namespace {
 
 constexpr std::int64_t kMaxIndex = std::numeric_limits<std::int32_t>::max();
+// A linear model over d features holds d float weights (parallel/hogwild.h): an index this large
+// or more is announced, and refused with its line when those weights alone exceed the memory
+// available (a typo such as 2000000000 would otherwise build a 7.5 GiB model without a word).
+constexpr std::int64_t kLargeIndex = 50'000'000;
+constexpr std::int64_t kWeightBytes = 4;
 // Longest piece of a bad token quoted in a message.
 constexpr std::size_t kQuoteLength = 32;
 
@@ -85,7 +93,11 @@ class Parser {
         fail(fmt::format("value {} of index {} is not a finite number", quoted(value_text), index));
       }
       previous = index;
-      max_index_ = std::max(max_index_, index);
+      if (index > max_index_) {
+        max_index_ = index;
+        max_index_line_ = number;
+        if (index >= kLargeIndex) check_fits(index);
+      }
       data_.columns.push_back(static_cast<std::int32_t>(index - 1));
       data_.values.push_back(value);
     }
@@ -99,6 +111,13 @@ class Parser {
           "libsvm file {} holds no sample (only blank or comment lines); check the path", source_));
     }
     data_.num_features = std::max(max_index_, min_features_);
+    if (max_index_ >= kLargeIndex) {
+      log::warn(
+          "libsvm file {}, line {}: index {} gives the data set {} features; a linear model over "
+          "them holds {} weights ({}); renumber the features densely if that index is a mistake",
+          source_, max_index_line_, max_index_, data_.num_features, data_.num_features,
+          format_bytes(data_.num_features * kWeightBytes));
+    }
     return std::move(data_);
   }
 
@@ -110,6 +129,18 @@ class Parser {
     return text.substr(begin, pos - begin);
   }
 
+  // Refuses `index` when a model's weights over that many features cannot fit in memory.
+  void check_fits(std::int64_t index) {
+    if (!available_) available_ = available_memory();
+    const std::int64_t bytes = index * kWeightBytes;
+    if (!available_->known || bytes <= available_->bytes) return;
+    fail(fmt::format(
+        "index {} gives the data set {} features, and a linear model's weights over them alone "
+        "need {}, more than the {} available ({}); renumber the features densely (or hash them "
+        "into fewer columns), or use a machine with more memory",
+        index, index, format_bytes(bytes), format_bytes(available_->bytes), available_->source));
+  }
+
   [[noreturn]] void fail(const std::string& what) const {
     throw DataError(fmt::format("libsvm file {}, line {}: {}", source_, number_, what));
   }
@@ -118,7 +149,9 @@ class Parser {
   SparseDataset data_;
   std::int64_t min_features_ = 0;
   std::int64_t max_index_ = 0;
+  std::int64_t max_index_line_ = 0;
   std::int64_t number_ = 0;
+  std::optional<AvailableMemory> available_;  // read at the first large index
 };
 
 }  // namespace

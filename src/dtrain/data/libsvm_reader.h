@@ -12,6 +12,10 @@
 // Bad input is a one-line DataError naming the file, the line and what is wrong, e.g.
 //   libsvm file a1a.txt, line 17: index 5 after 9: indices must increase
 // The file is read whole (its size bounds the memory), then parsed in one pass: cost O(bytes).
+// The reader's memory grows with the non-zeros, not with the indices; but a model over the data
+// set holds one weight per feature, so an index >= 50,000,000 is logged as a warning naming the
+// file, line and index, and refused (DataError, same place) when 4 bytes per feature exceed the
+// memory available (base/memory_info.h).
 #pragma once
 
 #include <cstdint>

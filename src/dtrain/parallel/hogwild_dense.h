@@ -57,6 +57,10 @@ class HogwildDense {
   std::span<float> weights() { return shared_; }
   std::span<const float> weights() const { return shared_; }
   std::int64_t num_params() const { return static_cast<std::int64_t>(shared_.size()); }
+  // The tensors of weights() (names, shapes, offsets): a checkpoint's parameter table.
+  const std::vector<nn::ParamEntry>& param_entries() const {
+    return replicas_.front()->store().param_entries();
+  }
 
   // Loss and accuracy of the current shared parameters on `data` (eval mode), over the threads.
   // Not to be called while run_epoch runs.

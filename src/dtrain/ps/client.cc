@@ -25,6 +25,8 @@ std::string_view op_name(Op op) {
     case Op::kTicket: return "ticket";
     case Op::kStop: return "stop";
     case Op::kStats: return "stats";
+    case Op::kGetState: return "get_state";
+    case Op::kSetState: return "set_state";
   }
   return "?";
 }
@@ -98,6 +100,7 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
     bytes_sent_ += static_cast<std::int64_t>(bytes);
   }
   std::vector<ReplyHeader> headers;
+  std::string error;
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     const auto s = static_cast<std::size_t>(pieces[i].server);
     try {
@@ -109,18 +112,24 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
     }
     ReplyHeader header;
     std::memcpy(&header, replies_[s].data(), sizeof header);
+    const bool failed = header.status == Status::kError || header.status == Status::kRefused;
+    const std::size_t element_bytes = op == Op::kStats ? sizeof(std::int64_t)
+                                      : failed         ? 1
+                                                       : sizeof(float);
     bytes_received_ += static_cast<std::int64_t>(
-        sizeof header + static_cast<std::size_t>(header.count) *
-                            (op == Op::kStats                  ? sizeof(std::int64_t)
-                             : header.status == Status::kError ? 1
-                                                               : sizeof(float)));
+        sizeof header + static_cast<std::size_t>(header.count) * element_bytes);
     const std::byte* payload = replies_[s].data() + sizeof header;
-    if (header.status == Status::kError) {
-      throw comm::CommError(
+    if (failed) {
+      const std::string text =
           fmt::format("ps {} to server {} (rank {}) failed: {}", op_name(op), s, server_ranks_[s],
                       std::string(reinterpret_cast<const char*>(payload),
                                   static_cast<std::size_t>(std::min<std::int64_t>(
-                                      header.count, static_cast<std::int64_t>(kErrorTextBytes))))));
+                                      header.count, static_cast<std::int64_t>(kErrorTextBytes)))));
+      // A failed server answers nothing more: say so now. A refused request: the other servers'
+      // replies are still taken, so that the next request pairs with its own.
+      if (header.status == Status::kError) throw comm::CommError(text);
+      if (error.empty()) error = text;
+      continue;
     }
     if (receive != nullptr && header.count > 0) {
       DTRAIN_CHECK_EQ(header.count, pieces[i].range.size());
@@ -131,6 +140,7 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
     }
     headers.push_back(header);
   }
+  if (!error.empty()) throw comm::CommError(error);
   return headers;
 }
 
@@ -153,9 +163,12 @@ PushResult Client::push(KeyRange range, const float* grads, const PushInfo& info
   base.batch_samples = info.batch_samples;
   base.lr = info.lr;
   PushResult result;
+  result.version = -1;
   for (const ReplyHeader& header : exchange(Op::kPush, pieces, range, grads, params, base)) {
     result.dropped = result.dropped || header.status == Status::kDropped;
+    result.version = result.version < 0 ? header.version : std::min(result.version, header.version);
   }
+  result.version = std::max<std::int64_t>(result.version, 0);
   return result;
 }
 
@@ -181,9 +194,62 @@ void Client::add(KeyRange range, const float* values) {
   exchange(Op::kAdd, layout_.split(range), range, values, nullptr, {});
 }
 
-std::int64_t Client::next_ticket() {
+OptimizerState Client::get_state(KeyRange range) {
   std::lock_guard<std::mutex> lock(mu_);
-  return exchange(Op::kTicket, {{0, {}}}, {}, nullptr, nullptr, {}).front().value;
+  const std::vector<ShardPiece> pieces = layout_.split(range);
+  OptimizerState out;
+  std::vector<float> first(static_cast<std::size_t>(range.size()));
+  RequestHeader base;
+  base.index = 0;
+  const std::vector<ReplyHeader> headers =
+      exchange(Op::kGetState, pieces, range, nullptr, first.data(), base);
+  std::int64_t vectors = 0;
+  for (std::size_t i = 0; i < headers.size(); ++i) {
+    out.steps.push_back(headers[i].version);
+    if (i > 0 && headers[i].value != vectors) {
+      throw comm::CommError(fmt::format(
+          "ps get_state: server {} has {} optimizer state vectors, server {} has {}: the servers "
+          "run different optimizers",
+          pieces[i].server, headers[i].value, pieces[0].server, vectors));
+    }
+    vectors = headers[i].value;
+  }
+  if (vectors == 0) return out;
+  out.vectors.push_back(std::move(first));
+  for (std::int64_t v = 1; v < vectors; ++v) {
+    std::vector<float> values(static_cast<std::size_t>(range.size()));
+    base.index = v;
+    exchange(Op::kGetState, pieces, range, nullptr, values.data(), base);
+    out.vectors.push_back(std::move(values));
+  }
+  return out;
+}
+
+void Client::set_state(KeyRange range, const std::vector<std::vector<float>>& vectors,
+                       std::int64_t steps) {
+  for (const auto& values : vectors) {
+    if (static_cast<std::int64_t>(values.size()) != range.size()) {
+      throw InternalError(fmt::format("ps set_state: a state vector of {} floats for keys [{}, {})",
+                                      values.size(), range.begin, range.end));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::vector<ShardPiece> pieces = layout_.split(range);
+  RequestHeader base;
+  base.steps = steps;
+  base.index = -1;
+  if (vectors.empty()) exchange(Op::kSetState, pieces, range, nullptr, nullptr, base);
+  for (std::size_t v = 0; v < vectors.size(); ++v) {
+    base.index = static_cast<std::int64_t>(v);
+    exchange(Op::kSetState, pieces, range, vectors[v].data(), nullptr, base);
+  }
+}
+
+std::int64_t Client::next_ticket(std::int64_t at_least) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RequestHeader base;
+  base.clock = at_least;
+  return exchange(Op::kTicket, {{0, {}}}, {}, nullptr, nullptr, base).front().value;
 }
 
 void Client::stop() {

@@ -40,6 +40,17 @@ struct PushInfo {
 
 struct PushResult {
   bool dropped = false;  // bsp: it came after its step completed (a backup worker was faster)
+  // The updates the servers had applied when they answered (the least over them): bsp, the steps
+  // completed; async / ssp, the pushes applied. Each server's optimizer has taken as many steps.
+  std::int64_t version = 0;
+};
+
+// The servers' optimizer state over a key range, for a checkpoint: each state vector laid out by
+// key (range.size() floats, zero where no tensor lies; none for plain SGD), and each server's step
+// count (in the order of the servers the range touches).
+struct OptimizerState {
+  std::vector<std::vector<float>> vectors;
+  std::vector<std::int64_t> steps;
 };
 
 class Client {
@@ -68,8 +79,16 @@ class Client {
   void put(KeyRange range, const float* values);
   void get(KeyRange range, float* out);
   void add(KeyRange range, const float* values);
-  // The next batch of the run to train on, handed out by server 0 (-1: none left).
-  std::int64_t next_ticket();
+  // The next batch of the run to train on, handed out by server 0 (-1: none left); none below
+  // `at_least` (a resumed run's first epoch starts there).
+  std::int64_t next_ticket(std::int64_t at_least = 0);
+  // Checkpoints: the servers' optimizer state over `range`, and setting it (`vectors`: as
+  // get_state returns them, in the optimizer's order; empty for plain SGD) with every server's
+  // optimizer step and update count set to `steps`. A server whose optimizer disagrees answers
+  // with an error, rethrown here.
+  OptimizerState get_state(KeyRange range);
+  void set_state(KeyRange range, const std::vector<std::vector<float>>& vectors,
+                 std::int64_t steps);
   // This worker is done: the servers stop serving once every worker is. Call one of these two
   // last: stop_with_stats() also waits until every worker has stopped (or died) and returns each
   // server's statistics.

@@ -3,8 +3,12 @@
 // pair up by the transport's FIFO order per (source, tag) and need no ids.
 //
 //   request  RequestHeader [+ payload: floats of [begin, end) for push / put / add]
-//   reply    ReplyHeader   [+ payload: floats of [begin, end) for pull / get / a push that asked
-//                           for parameters; i64s for stats; the text of an error]
+//   reply    ReplyHeader   [+ payload: floats of [begin, end) for pull / get / get_state / a push
+//                           that asked for parameters; i64s for stats; the text of an error]
+//
+// Checkpoints (get_state / set_state) move one optimizer state vector at a time, laid out by key
+// like the parameters (zero at keys no tensor covers), so that a checkpoint does not depend on how
+// many servers wrote it and each message fits the buffers a push or pull already uses.
 //
 // Both travel on a communicator of their own (the launcher splits one off), so their tags never
 // meet a collective's.
@@ -24,9 +28,14 @@ enum class Op : std::uint32_t {
   kPut,       // set [begin, end)
   kGet,       // read [begin, end) at once
   kAdd,       // add to [begin, end)
-  kTicket,    // server 0: the next batch of the run to train on (-1: none left)
+  kTicket,    // server 0: the next batch of the run to train on (-1: none left), at least `clock`
+              // (a resumed run skips the tickets of the epochs its checkpoint holds)
   kStop,      // this worker is done
   kStats,     // stop, then the server's ServerStats once every worker has stopped or died
+  kGetState,  // optimizer state vector `index` over [begin, end) (value: how many vectors there
+              // are; version: the updates applied = the optimizer's steps)
+  kSetState,  // set state vector `index` over [begin, end) (-1: none, payload empty) and the
+              // optimizer's steps and the update count to `steps`
 };
 
 inline constexpr std::uint32_t kWantParams = 1;
@@ -45,9 +54,13 @@ struct RequestHeader {
   std::int64_t basis_clock = 0;
   std::int64_t basis_version = 0;
   double lr = 0.0;
+  std::int64_t index = 0;  // get_state / set_state: which optimizer state vector
+  std::int64_t steps = 0;  // set_state: the optimizer steps and updates the shard continues from
 };
 
-enum class Status : std::uint32_t { kOk = 0, kDropped = 1, kError = 2 };
+// kError: the server failed and stops; kRefused: this request was wrong (a checkpoint's state
+// that does not fit), the server serves on. Both carry the text of the error.
+enum class Status : std::uint32_t { kOk = 0, kDropped = 1, kError = 2, kRefused = 3 };
 
 struct ReplyHeader {
   Status status = Status::kOk;

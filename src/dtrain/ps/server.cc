@@ -195,7 +195,8 @@ void Server::handle(int w) {
   std::memcpy(&header, worker.request.data(), sizeof header);
   const auto* values = reinterpret_cast<const float*>(worker.request.data() + sizeof header);
   const bool ranged = header.op == Op::kPush || header.op == Op::kPull || header.op == Op::kPut ||
-                      header.op == Op::kGet || header.op == Op::kAdd;
+                      header.op == Op::kGet || header.op == Op::kAdd ||
+                      header.op == Op::kGetState || header.op == Op::kSetState;
   if (ranged &&
       (header.begin < shard_.begin || header.end < header.begin || header.end > shard_.end)) {
     fail(
@@ -229,10 +230,13 @@ void Server::handle(int w) {
       push(w, header, values);
       break;
     case Op::kTicket: {
+      next_ticket_ = std::max(next_ticket_, std::min(header.clock, options_.tickets));
       const std::int64_t ticket = next_ticket_ < options_.tickets ? next_ticket_++ : -1;
       reply(w, Status::kOk, ticket);
       break;
     }
+    case Op::kGetState: get_state(w, header); break;
+    case Op::kSetState: set_state(w, header, values); break;
     case Op::kStop:
       worker.stopped = true;
       reply(w, Status::kOk);
@@ -308,6 +312,71 @@ void Server::push(int w, const RequestHeader& header, const float* values) {
     worker.held = Worker::Held::kPull;
     worker.held_header = next;
   }
+}
+
+std::vector<float> Server::state_by_key(const optim::StateTensor& tensor) const {
+  std::vector<float> out(params_.size(), 0.0f);
+  std::size_t at = 0;
+  for (const optim::Segment& segment : optimizer_->segments()) {
+    const auto n = static_cast<std::size_t>(segment.numel);
+    std::copy_n(tensor.values.begin() + static_cast<std::ptrdiff_t>(at), n,
+                out.begin() + segment.offset);
+    at += n;
+  }
+  return out;
+}
+
+void Server::get_state(int w, const RequestHeader& header) {
+  const std::vector<optim::StateTensor> state = optimizer_->state();
+  const auto count = static_cast<std::int64_t>(state.size());
+  if (header.index < 0 || header.index >= std::max<std::int64_t>(count, 1)) {
+    reply_error(w, fmt::format("ps server {}: optimizer state vector {} asked for, the optimizer "
+                               "has {}: the workers and servers disagree on optim.name",
+                               index_, header.index, count));
+    return;
+  }
+  if (count == 0) {  // plain SGD keeps no state: only the update count
+    reply(w, Status::kOk, 0);
+    return;
+  }
+  const std::vector<float> by_key = state_by_key(state[static_cast<std::size_t>(header.index)]);
+  reply(w, Status::kOk, count, by_key.data() + (header.begin - shard_.begin),
+        header.end - header.begin, sizeof(float));
+}
+
+void Server::set_state(int w, const RequestHeader& header, const float* values) {
+  std::vector<optim::StateTensor> state = optimizer_->state();
+  if (header.index >= static_cast<std::int64_t>(state.size()) || header.index < -1) {
+    reply_error(w, fmt::format("ps server {}: optimizer state vector {} sent, the optimizer has "
+                               "{}: the checkpoint was written with another optim.name",
+                               index_, header.index, state.size()));
+    return;
+  }
+  if (header.index >= 0) {
+    optim::StateTensor& tensor = state[static_cast<std::size_t>(header.index)];
+    std::vector<float> by_key = state_by_key(tensor);
+    std::copy_n(values, header.end - header.begin, by_key.begin() + (header.begin - shard_.begin));
+    std::size_t at = 0;
+    for (const optim::Segment& segment : optimizer_->segments()) {
+      std::copy_n(by_key.begin() + segment.offset, segment.numel,
+                  tensor.values.begin() + static_cast<std::ptrdiff_t>(at));
+      at += static_cast<std::size_t>(segment.numel);
+    }
+  }
+  try {
+    optimizer_->load_state(state, header.steps);
+  } catch (const Error& e) {
+    reply_error(w, fmt::format("ps server {}: {}", index_, e.what()));
+    return;
+  }
+  // bsp pairs a push with the step the server is at, so the update count continues too.
+  stats_.version = header.steps;
+  reply(w, Status::kOk);
+}
+
+void Server::reply_error(int w, const std::string& message) {
+  const std::string text = message.substr(0, static_cast<std::size_t>(kErrorTextBytes));
+  reply(w, Status::kRefused, 0, text.data(), static_cast<std::int64_t>(text.size()), 1);
 }
 
 void Server::complete_bsp_step() {

@@ -11,6 +11,10 @@
 // Costs per push of n floats: one receive of 4n bytes, one optimizer pass over n (bsp: one add into
 // the step's sum per worker and one pass per step), and for push-and-pull one send of 4n bytes.
 //
+// Checkpoints: get_state / set_state read and write the optimizer's state over the shard, one
+// vector at a time, laid out by key (protocol.h); set_state also sets the optimizer's step count
+// and the update count (bsp's step), so that a resumed run continues where its checkpoint stopped.
+//
 // Failures: a bsp step that waits longer than `timeout` for its gradients fails with an error
 // naming the workers (and ranks) that did not push, sent to every waiting worker before serve()
 // throws it (so workers should wait longer than servers: the verdict then reaches them before their
@@ -61,6 +65,7 @@ class Server {
   const ServerStats& stats() const { return stats_; }
   KeyRange shard() const { return shard_; }
   std::span<const float> params() const { return params_; }
+  const optim::Optimizer& optimizer() const { return *optimizer_; }
 
  private:
   struct Worker;
@@ -71,6 +76,13 @@ class Server {
   void handle(int w);
   void push(int w, const RequestHeader& header, const float* values);
   void complete_bsp_step();
+  // Checkpoints: optimizer state vector `tensor` (packed by the optimizer's segments) laid out by
+  // key over the shard, zero where no segment lies; get_state / set_state answer those requests.
+  std::vector<float> state_by_key(const optim::StateTensor& tensor) const;
+  void get_state(int w, const RequestHeader& header);
+  void set_state(int w, const RequestHeader& header, const float* values);
+  // Answers worker w's request with an error the worker rethrows; the server serves on.
+  void reply_error(int w, const std::string& message);
   void release_held();
   void check_deadlines();
   bool finished() const;

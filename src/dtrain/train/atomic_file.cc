@@ -43,22 +43,28 @@ std::string system_reason() { return std::strerror(errno); }
 
 void write_file_atomically(const std::string& path, std::string_view bytes) {
   const std::string tmp = fmt::format("{}.tmp", path);
+  // What a failure leaves: the old file as it was, or no file.
+  std::error_code ec;
+  const std::string left = std::filesystem::exists(path, ec)
+                               ? fmt::format("the previous {} is unchanged", path)
+                               : fmt::format("{} was not created", path);
   auto fail = [&](const std::string& what) {
     const std::string reason = system_reason();
     ::unlink(tmp.c_str());
-    throw Error(fmt::format("cannot write {}: {} {} failed: {}; the previous {} is unchanged", path,
-                            what, tmp, reason, path));
+    throw Error(
+        fmt::format("cannot write {}: {} {} failed: {}; {}", path, what, tmp, reason, left));
   };
   FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) {
     const std::string reason = system_reason();
-    throw Error(fmt::format("cannot write {}: creating {} failed: {}; the previous {} is unchanged",
-                            path, tmp, reason, path));
+    throw Error(
+        fmt::format("cannot write {}: creating {} failed: {}; {}", path, tmp, reason, left));
   }
   std::size_t written = 0;
   while (written < bytes.size()) {
     const ssize_t n = ::write(fd.get(), bytes.data() + written, bytes.size() - written);
     if (n < 0 && errno == EINTR) continue;
+    if (n == 0) errno = EIO;  // no progress and no reason given: do not report a stale errno
     if (n <= 0) fail("writing");
     written += static_cast<std::size_t>(n);
   }

@@ -4,10 +4,15 @@
 
 #include <algorithm>
 #include <charconv>
+#include <compare>
 #include <filesystem>
+#include <optional>
+#include <string_view>
 #include <system_error>
+#include <utility>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/log.h"
 #include "dtrain/train/atomic_file.h"
 
 namespace dtrain::train {
@@ -15,21 +20,65 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// N of "epoch-N.ckpt", or -1 for any other name.
-std::int64_t epoch_of(const std::string& file_name) {
+// What a checkpoint file name says, in the order files sort in.
+struct CheckpointName {
+  std::int64_t epoch = 0;
+  bool has_step = false;
+  std::int64_t step = 0;
+  auto operator<=>(const CheckpointName&) const = default;
+};
+
+std::string format_name(const CheckpointName& name) {
+  return name.has_step ? fmt::format("epoch-{}-step-{}.ckpt", name.epoch, name.step)
+                       : fmt::format("epoch-{}.ckpt", name.epoch);
+}
+
+// A non-negative decimal number filling all of `text`.
+std::optional<std::int64_t> parse_count(std::string_view text) {
+  if (text.empty() || text.front() == '-' || text.front() == '+') return std::nullopt;
+  std::int64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// The parts of "epoch-N.ckpt" or "epoch-N-step-S.ckpt"; nullopt for any other name (including
+// non-canonical spellings such as epoch-03.ckpt, so that two files never share a place).
+std::optional<CheckpointName> parse_name(std::string_view file_name) {
   constexpr std::string_view kPrefix = "epoch-";
   constexpr std::string_view kSuffix = ".ckpt";
-  if (file_name.size() <= kPrefix.size() + kSuffix.size() ||
-      file_name.compare(0, kPrefix.size(), kPrefix) != 0 ||
-      file_name.compare(file_name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
-    return -1;
+  constexpr std::string_view kStep = "-step-";
+  if (file_name.size() <= kPrefix.size() + kSuffix.size() || !file_name.starts_with(kPrefix) ||
+      !file_name.ends_with(kSuffix)) {
+    return std::nullopt;
   }
-  const char* begin = file_name.data() + kPrefix.size();
-  const char* end = file_name.data() + file_name.size() - kSuffix.size();
-  std::int64_t epoch = -1;
-  const auto [ptr, ec] = std::from_chars(begin, end, epoch);
-  if (ec != std::errc() || ptr != end) return -1;
-  return epoch;
+  std::string_view middle =
+      file_name.substr(kPrefix.size(), file_name.size() - kPrefix.size() - kSuffix.size());
+  CheckpointName name;
+  const std::size_t step_at = middle.find(kStep);
+  if (step_at != std::string_view::npos) {
+    const auto step = parse_count(middle.substr(step_at + kStep.size()));
+    if (!step) return std::nullopt;
+    name.has_step = true;
+    name.step = *step;
+    middle = middle.substr(0, step_at);
+  }
+  const auto epoch = parse_count(middle);
+  if (!epoch) return std::nullopt;
+  name.epoch = *epoch;
+  if (format_name(name) != file_name) return std::nullopt;
+  return name;
+}
+
+std::string file_name_of(const std::string& path) { return fs::path(path).filename().string(); }
+
+std::string join(const std::vector<std::string>& parts, std::string_view separator) {
+  std::string out;
+  for (const auto& part : parts) {
+    if (!out.empty()) out += separator;
+    out += part;
+  }
+  return out;
 }
 
 }  // namespace
@@ -37,30 +86,116 @@ std::int64_t epoch_of(const std::string& file_name) {
 CheckpointDir::CheckpointDir(std::string folder, std::int64_t keep)
     : folder_(std::move(folder)), keep_(keep) {}
 
-std::string CheckpointDir::save(const Checkpoint& checkpoint, std::int64_t epoch) {
+std::string CheckpointDir::file_name(const Checkpoint& checkpoint) {
+  CheckpointName name;
+  name.epoch = checkpoint.sampler_epoch;
+  name.has_step = checkpoint.sampler_position != 0;
+  name.step = name.has_step ? checkpoint.global_step : 0;
+  return format_name(name);
+}
+
+std::string CheckpointDir::save(const Checkpoint& checkpoint) {
   std::error_code ec;
   fs::create_directories(folder_, ec);
   if (ec) {
     throw CheckpointError(
-        fmt::format("cannot create checkpoint folder {}: {}", folder_, ec.message()));
+        fmt::format("cannot create checkpoint folder {}: {}; check that the run folder is writable",
+                    folder_, ec.message()));
   }
-  const std::string name = fmt::format("epoch-{}.ckpt", epoch);
+  const std::string name = file_name(checkpoint);
   const std::string path = (fs::path(folder_) / name).string();
-  write_checkpoint(path, checkpoint);
+  try {
+    write_checkpoint(path, checkpoint);
+  } catch (const Error& e) {
+    throw CheckpointError(fmt::format(
+        "{}; the earlier checkpoints in {} are intact: free space, then continue with --resume",
+        e.what(), folder_));
+  }
+  // The checkpoint is complete from here on: nothing below may cost it.
   try {
     write_file_atomically((fs::path(folder_) / "latest").string(), name + "\n");
   } catch (const Error& e) {
-    throw CheckpointError(e.what());
+    log::warn("{}; checkpoint {} itself is complete and --resume will find it", e.what(), path);
   }
   if (keep_ > 0) {
-    auto files = list();
+    const auto files = list();
     const auto excess = static_cast<std::int64_t>(files.size()) - keep_;
     for (std::int64_t i = 0; i < excess; ++i) {
-      if (files[static_cast<std::size_t>(i)] != path)
-        fs::remove(files[static_cast<std::size_t>(i)], ec);
+      const std::string& old = files[static_cast<std::size_t>(i)];
+      if (old != path) fs::remove(old, ec);
     }
   }
   return path;
+}
+
+VerifiedCheckpoint CheckpointDir::newest_good() const {
+  // What `latest` says, or why it says nothing usable.
+  const std::string pointer = (fs::path(folder_) / "latest").string();
+  std::optional<std::string> latest_name;
+  std::string latest_problem;
+  std::error_code ec;
+  const bool has_pointer = fs::exists(pointer, ec);
+  if (!has_pointer) {
+    latest_problem = fmt::format("{} is missing", pointer);
+  } else {
+    try {
+      std::string text = read_whole_file(pointer);
+      while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+      if (!parse_name(text)) {
+        latest_problem = fmt::format("{} holds '{}', not a checkpoint file name", pointer, text);
+      } else if (!fs::exists(fs::path(folder_) / text, ec)) {
+        latest_problem = fmt::format("{} names {}, which does not exist", pointer,
+                                     (fs::path(folder_) / text).string());
+      } else {
+        latest_name = text;
+      }
+    } catch (const Error& e) {
+      latest_problem = e.what();
+    }
+  }
+
+  // Newest first; the first that verifies wins, whatever `latest` says (a `latest` whose own write
+  // failed names an older file than the newest complete one).
+  std::vector<std::string> files = list();
+  std::reverse(files.begin(), files.end());
+  std::vector<std::string> defects;
+  for (const std::string& path : files) {
+    std::optional<Checkpoint> checkpoint;
+    try {
+      checkpoint = read_checkpoint(path);
+    } catch (const CheckpointError& e) {
+      defects.emplace_back(e.what());
+      continue;
+    }
+    for (const std::string& defect : defects) {
+      log::warn("{}; resuming from {} instead", defect, path);
+    }
+    const std::string name = file_name_of(path);
+    if (!latest_name) {
+      log::warn("{}; resuming from {}, the newest checkpoint that verifies", latest_problem, path);
+    } else if (*latest_name != name && parse_name(*latest_name) < parse_name(name)) {
+      log::warn(
+          "{} names {}, but {} is newer and complete (the update of {} failed); resuming from {}",
+          pointer, *latest_name, path, pointer, path);
+    }
+    return {path, std::move(*checkpoint)};
+  }
+
+  if (files.empty()) {
+    throw CheckpointError(fmt::format(
+        "no checkpoint to resume from: {} holds no checkpoint file{} (a run writes its first at "
+        "the end of its first epoch; see train.checkpoint_every)",
+        folder_, has_pointer ? fmt::format(" ({})", latest_problem) : ""));
+  }
+  throw CheckpointError(fmt::format(
+      "no checkpoint in {} verifies: {}; restore a good copy into {} or start a new run with "
+      "another --out",
+      folder_, join(defects, "; "), folder_));
+}
+
+bool CheckpointDir::has_any() const {
+  std::error_code ec;
+  return fs::exists(fs::path(folder_) / "latest", ec) || !list().empty();
 }
 
 std::string CheckpointDir::latest_path() const {
@@ -75,27 +210,29 @@ std::string CheckpointDir::latest_path() const {
                     pointer));
   }
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  if (epoch_of(text) < 0) {
+  if (!parse_name(text)) {
     throw CheckpointError(fmt::format(
         "{} should name a checkpoint file like epoch-3.ckpt but holds '{}'", pointer, text));
   }
   const std::string path = (fs::path(folder_) / text).string();
-  if (!fs::exists(path)) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
     throw CheckpointError(fmt::format("{} names {}, which does not exist", pointer, path));
   }
   return path;
 }
 
 std::vector<std::string> CheckpointDir::list() const {
-  std::vector<std::pair<std::int64_t, std::string>> found;
+  std::vector<std::pair<CheckpointName, std::string>> found;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(folder_, ec)) {
-    const std::int64_t epoch = epoch_of(entry.path().filename().string());
-    if (epoch >= 0) found.emplace_back(epoch, entry.path().string());
+    if (const auto name = parse_name(entry.path().filename().string())) {
+      found.emplace_back(*name, entry.path().string());
+    }
   }
   std::sort(found.begin(), found.end());
   std::vector<std::string> paths;
-  for (auto& [epoch, path] : found) paths.push_back(std::move(path));
+  for (auto& [name, path] : found) paths.push_back(std::move(path));
   return paths;
 }
 

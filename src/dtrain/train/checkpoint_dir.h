@@ -1,9 +1,16 @@
-// The checkpoints folder of a run: epoch-N.ckpt files and `latest`, a one-line file naming the
-// newest complete checkpoint.
+// The checkpoints folder of a run: checkpoint files and `latest`, a one-line file naming the
+// newest checkpoint written.
 //
-// Order of a save: write epoch-N.ckpt atomically, then rewrite `latest` atomically, then delete
-// the oldest files beyond the `keep` newest. A crash at any point leaves `latest` naming a
-// complete, verified file, so `dtrain train --resume` always has something good to start from.
+// Names come from a checkpoint's content: at an epoch boundary (sampler_position == 0)
+// epoch-<sampler_epoch>.ckpt, inside an epoch epoch-<sampler_epoch>-step-<global_step>.ckpt, where
+// sampler_epoch counts completed epochs and global_step optimizer steps. Files are ordered by
+// (epoch, has a step, step): epoch-2 < epoch-2-step-150 < epoch-2-step-300 < epoch-3.
+//
+// Order of a save: write the checkpoint file atomically (temp file, fsync, rename), then rewrite
+// `latest` atomically, then delete the oldest files beyond the `keep` newest. A crash or a full
+// disk at any point leaves every complete checkpoint in place, and a resume takes the newest
+// checkpoint that verifies (newest_good), so a damaged file or a stale `latest` costs at most the
+// steps since the previous good checkpoint. See docs/FAULTS.md.
 #pragma once
 
 #include <cstdint>
@@ -14,19 +21,40 @@
 
 namespace dtrain::train {
 
+// A checkpoint that was read and verified, and the file it came from.
+struct VerifiedCheckpoint {
+  std::string path;
+  Checkpoint checkpoint;
+};
+
 class CheckpointDir {
  public:
   // keep = 0 keeps every checkpoint. The folder is created on the first save.
   CheckpointDir(std::string folder, std::int64_t keep);
 
-  // Saves `checkpoint` as epoch-<epoch>.ckpt and points `latest` at it; returns its path.
-  std::string save(const Checkpoint& checkpoint, std::int64_t epoch);
+  // The file name `checkpoint` is saved under: epoch-N.ckpt or epoch-N-step-S.ckpt (see above).
+  static std::string file_name(const Checkpoint& checkpoint);
 
-  // The path `latest` names; CheckpointError when the folder has no `latest` or it names a file
-  // that is missing or not a checkpoint name.
+  // Saves `checkpoint` under file_name(checkpoint), points `latest` at it, prunes to `keep` files;
+  // returns its path. CheckpointError when the checkpoint file itself cannot be written (the
+  // earlier files are left intact and no temp file remains). A `latest` that cannot be rewritten
+  // only warns: the checkpoint is complete, and newest_good finds it without `latest`.
+  std::string save(const Checkpoint& checkpoint);
+
+  // The newest checkpoint that reads and verifies. `latest` is tried first; when it is missing,
+  // unreadable, names a missing or damaged file, or names an older file than the newest complete
+  // one, the files are tried newest first, with one warning per file passed over. CheckpointError
+  // naming the folder and each file's defect when none verifies (or there is none).
+  VerifiedCheckpoint newest_good() const;
+
+  // Whether the folder holds any checkpoint file or a `latest` (good or not).
+  bool has_any() const;
+
+  // The path `latest` names, unverified; CheckpointError when the folder has no `latest` or it
+  // names a file that is missing or not a checkpoint name. Resuming should use newest_good.
   std::string latest_path() const;
 
-  // Paths of the epoch-N.ckpt files present, oldest first.
+  // Paths of the checkpoint files present, oldest first in the order above.
   std::vector<std::string> list() const;
 
   const std::string& folder() const { return folder_; }

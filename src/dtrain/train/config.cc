@@ -240,6 +240,18 @@ std::vector<Field> fields(Config& c) {
                    "epochs between checkpoints (0 = only at the end)", 0),
       int_at_least("train", "keep_checkpoints", &t.keep_checkpoints,
                    "newest checkpoints kept (0 = all)", 0),
+      int_at_least("train", "checkpoint_every_steps", &t.checkpoint_every_steps,
+                   "steps between checkpoints inside an epoch as well (0 = off); written in the "
+                   "background from an in-memory snapshot",
+                   0),
+      {"train", "checkpoint_every_seconds", &t.checkpoint_every_seconds,
+       "seconds between checkpoints inside an epoch as well (0 = off, or Young/Daly with "
+       "mtbf_hours)",
+       0, kInf},
+      {"train", "mtbf_hours", &t.mtbf_hours,
+       "mean time between failures of the job; > 0 with checkpoint_every_seconds = 0 checkpoints "
+       "every sqrt(2 x measured checkpoint cost x MTBF) seconds (Young/Daly)",
+       0, kInf},
       {"train", "accumulate_steps", &t.accumulate_steps,
        "micro-batches per step whose gradients add up (same trajectory, less memory)", 1, 4096},
 

@@ -83,6 +83,12 @@ struct TrainSection {
   std::vector<double> accuracy_targets{0.85, 0.88};
   std::int64_t checkpoint_every = 1;  // epochs; 0 = only at the end
   std::int64_t keep_checkpoints = 2;  // newest N kept; 0 = keep all
+  // Checkpoints inside an epoch as well (docs/FAULTS.md): every N steps and/or every T seconds
+  // of the run (0 = off); mtbf_hours > 0 with checkpoint_every_seconds = 0 chooses T by the
+  // Young/Daly rule, sqrt(2 x checkpoint cost x MTBF), from the measured cost.
+  std::int64_t checkpoint_every_steps = 0;
+  double checkpoint_every_seconds = 0.0;
+  double mtbf_hours = 0.0;
   // Micro-batches per optimizer step: each rank's share of a batch is split into this many
   // forward/backward passes whose gradients add up (less memory, the same trajectory).
   std::int64_t accumulate_steps = 1;

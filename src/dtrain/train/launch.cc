@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "dtrain/comm/spawn_process_ranks.h"
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/comm/transport/mpi/world.h"
+#include "dtrain/train/memory_budget.h"
 #include "dtrain/train/strategy_registry.h"
 
 namespace dtrain::train {
@@ -80,6 +82,11 @@ RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
   std::mutex summary_mutex;
   try {
     auto data = std::make_shared<const RunData>(load_run_data(config.data));
+    // This process's replicas, before any is built (memory_budget.h).
+    const int workers = static_cast<int>(config.parallel.workers);
+    check_memory_budget(config, model_spec(config.model, data->train.sample_shape(),
+                                           data->train.num_classes),
+                        workers, workers * comm::mpi_world_size(), run_data_bytes(*data));
     comm::spawn_process_ranks(
         static_cast<int>(config.parallel.workers),
         [&](comm::Communicator& comm) {
@@ -114,6 +121,12 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
   }
   validate(config);
   auto data = std::make_shared<const RunData>(load_run_data(config.data));
+  // Every replica of this process at once, before any is built (memory_budget.h); parameter
+  // servers together hold one more copy, not one per server.
+  check_memory_budget(
+      config, model_spec(config.model, data->train.sample_shape(), data->train.num_classes),
+      std::min(workers, static_cast<int>(config.parallel.workers) + 1), workers,
+      run_data_bytes(*data));
   RunSummary summary;
   std::mutex summary_mutex;
   comm::spawn_ranks(

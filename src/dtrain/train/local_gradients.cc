@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
-#include <thread>
 
+#include "dtrain/comm/rank_threads.h"
 #include "dtrain/nn/loss.h"
 
 namespace dtrain::train {
@@ -98,7 +98,9 @@ LocalGradients::Result LocalGradients::compute(
         straggler_, static_cast<std::uint64_t>(config_.train.seed), rank_, step, compute);
     if (delay > 0.0) {
       const auto delay_start = Clock::now();
-      std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+      // Cut short when another rank of this process fails or ends: the deadline of the error
+      // that names it must hold, and this rank's next message then fails at once.
+      comm::sleep_unless_aborted(std::chrono::duration<double>(delay));
       trace_.add("straggler delay", "straggler", TraceRecorder::kComputeThread, delay_start,
                  Clock::now(), fmt::format(R"({{"step":{}}})", step));
     }

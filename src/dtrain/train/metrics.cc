@@ -1,11 +1,14 @@
 #include "dtrain/train/metrics.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/log.h"
 #include "dtrain/train/atomic_file.h"
 
 namespace dtrain::train {
@@ -41,8 +44,8 @@ nlohmann::json to_json(const EpochRecord& r) {
 }
 
 MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
-  file_ = std::fopen(path.c_str(), append ? "a" : "w");
-  if (file_ == nullptr) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  if (fd_ < 0) {
     throw Error(
         fmt::format("cannot open {} for writing: {}; check that the run folder is "
                     "writable",
@@ -51,13 +54,33 @@ MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
 }
 
 MetricsLog::~MetricsLog() {
-  if (file_ != nullptr) std::fclose(file_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void MetricsLog::write(const nlohmann::json& record) {
   const std::string line = record.dump() + "\n";
-  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
-    throw Error(fmt::format("cannot write {}: {}", path_, std::strerror(errno)));
+  const off_t before = ::lseek(fd_, 0, SEEK_END);
+  std::size_t written = 0;
+  while (written < line.size()) {
+    const ssize_t n = ::write(fd_, line.data() + written, line.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n > 0) {
+      written += static_cast<std::size_t>(n);
+      continue;
+    }
+    const std::string reason = n == 0 ? "no progress" : std::strerror(errno);
+    // Take a partial line back out, so that the file stays whole JSON lines.
+    if (written > 0 && before >= 0) {
+      // Best effort: should this fail too, readers of metrics.jsonl skip a torn line.
+      [[maybe_unused]] const int truncated = ::ftruncate(fd_, before);
+    }
+    if (lost_++ == 0) {
+      log::warn(
+          "cannot write {}: {}; metrics.jsonl is a diagnostic, so the run goes on and records "
+          "that cannot be written are left out (warned once)",
+          path_, reason);
+    }
+    return;
   }
 }
 

@@ -54,20 +54,27 @@ nlohmann::json to_json(const StepRecord& record);
 nlohmann::json to_json(const EvalRecord& record);
 nlohmann::json to_json(const EpochRecord& record);
 
-// Appends records to metrics.jsonl, one line each, flushed at once.
+// Appends records to metrics.jsonl, one line each, each handed to the system at once (one write
+// call per line, no user-space buffer). metrics.jsonl is a diagnostic: a line that cannot be
+// written (full disk) is taken back out (the file is truncated to its last whole line), the first
+// such failure is one warning, and the run goes on; the records that could not be written are lost.
 class MetricsLog {
  public:
-  // append: continue an existing file (a resumed run) instead of starting a new one.
+  // append: continue an existing file (a resumed run) instead of starting a new one. A file that
+  // cannot be opened is a dtrain::Error: that happens before any training, so it costs nothing.
   MetricsLog(const std::string& path, bool append);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
   void write(const nlohmann::json& record);
+  // Records that could not be written so far.
+  std::int64_t lost() const { return lost_; }
 
  private:
   std::string path_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
+  std::int64_t lost_ = 0;
 };
 
 // The first training time at which each target accuracy was reached.
@@ -115,6 +122,9 @@ struct RunSummary {
   std::int64_t seed = 0;
   std::int64_t threads = 1;
   std::int64_t resumed_from_epoch = 0;  // 0 for a run that started from scratch
+  // A graceful stop (base/stop_request.h): the signal that asked for it; the run is incomplete
+  // and its last checkpoint holds where it stopped. 0 for a run that trained to its end.
+  int stopped_by_signal = 0;
   // Data-parallel runs: {"workers", "allreduce", ..., "ranks": [per-rank figures]}; null otherwise.
   nlohmann::json parallel = nullptr;
 };

@@ -12,7 +12,10 @@
 //   ""                             none
 //
 // Delays sleep rather than spin: a slow machine does not take cycles from the others, and on a
-// machine with fewer cores than ranks a spinning straggler would slow everyone. Random delays draw
+// machine with fewer cores than ranks a spinning straggler would slow everyone. On a rank that is a
+// thread, the sleep ends early once another rank of the process fails or returns
+// (comm::sleep_unless_aborted): a 600-s straggler must not hold the error of a 3-s deadline (or the
+// end of a run) for 600 s. Random delays draw
 // from Philox streams of (seed, rank, step): the same run gives the same delays.
 #pragma once
 

@@ -125,6 +125,15 @@ class Strategy {
   // The optimizer state as a checkpoint stores it; called on every rank (it may be collective:
   // ZeRO-1 gathers its shards), only rank 0 writes the result.
   virtual std::vector<optim::StateTensor> checkpoint_state(const optim::Optimizer& optimizer);
+  // Whether a checkpoint written on P ranks resumes on another number of ranks: true where
+  // checkpoint_state() stores one worker's layout (the whole model's parameters and optimizer
+  // state, whatever the sharding: ZeRO-1's shards are re-cut by restore_state), false where it
+  // keeps state per rank (replicas that differ).
+  virtual bool reshards_checkpoints() const { return false; }
+  // Whether a checkpoint may be taken between two steps of an epoch (checkpoints on a clock, a
+  // stop on SIGTERM) and resume exactly there; false where the strategy keeps step counters of
+  // its own that a checkpoint does not hold (local SGD's steps since the last average).
+  virtual bool checkpoints_mid_epoch() const { return true; }
   // Restores what checkpoint_state() stored (`state`), on every rank. `path` names the file.
   virtual void restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
                              optim::Optimizer& optimizer, const std::string& path);

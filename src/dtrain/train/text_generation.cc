@@ -101,9 +101,9 @@ std::string generate_text(const GenerateOptions& options) {
 
   const std::int64_t block = config.data.block;
   auto model = nn::build_model(model_spec(config.model, {block}, 256));
-  const std::string checkpoint_path =
-      CheckpointDir((run / "checkpoints").string(), 0).latest_path();
-  restore_into(read_checkpoint(checkpoint_path), model->store(), checkpoint_path);
+  // The newest checkpoint that verifies (a damaged newest one is passed over with a warning).
+  const VerifiedCheckpoint newest = CheckpointDir((run / "checkpoints").string(), 0).newest_good();
+  restore_into(newest.checkpoint, model->store(), newest.path);
 
   std::string text = options.prompt;
   Rng rng(options.seed, rng_stream(0x67656e /* "gen" */));

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dtrain/base/error.h"
+#include "dtrain/base/log.h"
 #include "dtrain/train/atomic_file.h"
 
 namespace dtrain::train {
@@ -65,7 +67,12 @@ void write_trace(comm::Communicator* comm, const TraceRecorder& recorder, const 
     comm->recv(events.data(), length, DType::kU8, r, kTraceTag);
     all += ",\n" + events;
   }
-  write_file_atomically(path, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n" + all + "\n]}\n");
+  // trace.json is a diagnostic: failing to write it (a full disk) must not cost a finished run.
+  try {
+    write_file_atomically(path, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n" + all + "\n]}\n");
+  } catch (const Error& e) {
+    log::warn("{}; the trace is left out and the run goes on", e.what());
+  }
 }
 
 }  // namespace dtrain::train

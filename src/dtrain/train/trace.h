@@ -53,7 +53,9 @@ class TraceRecorder {
 };
 
 // Collective (point-to-point to rank 0). Rank 0 writes `path` with every rank's events and the
-// process/thread names; other ranks only send. `comm` may be null (one rank).
+// process/thread names; other ranks only send. `comm` may be null (one rank). A file that cannot
+// be written (full disk, unwritable folder) is one warning, not an error: the trace is a
+// diagnostic and never costs the run. Communication errors still throw.
 void write_trace(comm::Communicator* comm, const TraceRecorder& recorder, const std::string& path);
 
 }  // namespace dtrain::train

@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/log.h"
+#include "dtrain/base/stop_request.h"
 #include "dtrain/base/thread_pool.h"
 #include "dtrain/base/timer.h"
 #include "dtrain/data/shuffled_sampler.h"
@@ -18,6 +20,7 @@
 #include "dtrain/parallel/rank_agreement.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/checkpoint_dir.h"
+#include "dtrain/train/checkpoint_writer.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/statistics.h"
 #include "dtrain/train/strategy_registry.h"
@@ -33,9 +36,10 @@ constexpr double kNotReached = -1.0;
 
 std::string tta_scalar(double target) { return "tta:" + AccuracyTargets::key(target); }
 
-// A resumed run repeats the epochs after its checkpoint, so records the interrupted run wrote for
-// them are dropped first: metrics.jsonl then reads as one uninterrupted run.
-void drop_records_after(const std::string& path, std::int64_t epoch) {
+// A resumed run repeats the steps after its checkpoint (global step `step`, `epoch` epochs
+// complete), so records the interrupted run wrote for them are dropped first: metrics.jsonl then
+// reads as one uninterrupted run.
+void drop_records_after(const std::string& path, std::int64_t epoch, std::int64_t step) {
   if (!fs::exists(path)) return;
   std::istringstream in(read_whole_file(path));
   std::string kept;
@@ -43,9 +47,20 @@ void drop_records_after(const std::string& path, std::int64_t epoch) {
   while (std::getline(in, line)) {
     const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (record.is_discarded() || !record.contains("epoch")) continue;  // a torn last line
-    if (record["epoch"].get<std::int64_t>() <= epoch) kept += line + "\n";
+    const bool before = record.contains("step") ? record["step"].get<std::int64_t>() <= step
+                                                : record["epoch"].get<std::int64_t>() <= epoch;
+    if (before) kept += line + "\n";
   }
   write_file_atomically(path, kept);
+}
+
+// The seconds between checkpoints inside an epoch: train.checkpoint_every_seconds, or by the
+// Young/Daly rule sqrt(2 C M) for a checkpoint cost of C seconds and a mean time between failures
+// of M (Young 1974; Daly 2006's first-order term), or 0 (none).
+double checkpoint_interval_seconds(const TrainSection& t, double cost_seconds) {
+  if (t.checkpoint_every_seconds > 0.0) return t.checkpoint_every_seconds;
+  if (t.mtbf_hours <= 0.0) return 0.0;
+  return std::sqrt(2.0 * cost_seconds * t.mtbf_hours * 3600.0);
 }
 
 }  // namespace
@@ -118,8 +133,17 @@ Trainer::Trainer(Config config, TrainerOptions options)
     throw DataError(fmt::format("the training set of {} in {} is empty", config_.data.dataset,
                                 config_.data.path));
   }
-  model_ = nn::build_model(
-      model_spec(config_.model, data_->train.sample_shape(), data_->train.num_classes));
+  const nn::ModelSpec spec =
+      model_spec(config_.model, data_->train.sample_shape(), data_->train.num_classes);
+  // Refused before anything is allocated when this replica cannot fit (memory_budget.h: each
+  // part's bytes and the bytes available); a big model is announced, building it takes a while.
+  const auto need =
+      check_memory_budget(config_, spec, 1, options_.comm != nullptr ? options_.comm->size() : 1,
+                          run_data_bytes(*data_));
+  if (!options_.quiet && (options_.comm == nullptr || options_.comm->rank() == 0)) {
+    announce_model_build(options_.out, need);
+  }
+  model_ = nn::build_model(spec);
   model_->init(static_cast<std::uint64_t>(config_.train.seed));
   if (options_.comm != nullptr) {
     comm::Communicator& comm = *options_.comm;
@@ -238,9 +262,33 @@ RunSummary Trainer::run() {
   double best_accuracy = 0.0;
   Evaluation last_eval;
   double last_train_loss = 0.0;
-  if (options_.resume) {
-    const std::string path = checkpoints.latest_path();
-    const Checkpoint checkpoint = read_checkpoint(path);
+  // What a checkpoint inside an epoch carries of the epoch's sums (the epoch record then covers
+  // the whole epoch): the loss and accuracy sums over every rank (rank 0 holds them after a
+  // resume), the samples and seconds so far.
+  struct EpochCarry {
+    double loss_sum = 0.0;
+    double correct = 0.0;
+    std::int64_t samples = 0;
+    double seconds = 0.0;
+  } carry;
+  int resharded_from = 0;  // the ranks that wrote the checkpoint, when not this run's
+  // A run stopped before its first checkpoint has none: --resume then starts it from the
+  // beginning (its resolved.toml says how) instead of refusing; a fresh run into the folder is
+  // refused (it holds metrics.jsonl), so the two messages would otherwise send the user in a
+  // circle.
+  bool resume = options_.resume;
+  if (resume && !checkpoints.has_any()) {
+    resume = false;
+    if (writer) {
+      log::info(
+          "{} holds no checkpoint yet (the run stopped before its first): training it from "
+          "the beginning",
+          (dir / "checkpoints").string());
+      drop_records_after((dir / "metrics.jsonl").string(), 0, 0);
+    }
+  }
+  if (resume) {
+    const auto [path, checkpoint] = checkpoints.newest_good();
     if (checkpoint.seed != seed) {
       throw CheckpointError(fmt::format(
           "checkpoint {} was written with train.seed = {} but the run's resolved.toml says {}",
@@ -271,7 +319,31 @@ RunSummary Trainer::run() {
           "--epochs N with N > {} to train further",
           path, checkpoint.epoch, t.epochs, checkpoint.epoch));
     }
-    if (writer) drop_records_after((dir / "metrics.jsonl").string(), checkpoint.epoch);
+    // Written by another number of ranks (--workers or mpirun -np changed): one rule for both.
+    // The strategy either re-cuts its state (one worker's layout in the file) or refuses.
+    const auto written_by =
+        static_cast<int>(checkpoint.scalar("world_size", static_cast<double>(world_)));
+    if (written_by != world_) {
+      if (!strategy_->reshards_checkpoints()) {
+        throw CheckpointError(fmt::format(
+            "checkpoint {} was written by {} ranks and this run has {}; {} keeps state per rank "
+            "that cannot be re-cut: resume with {} ranks (--workers, or mpirun -np)",
+            path, written_by, world_, strategy_->name(), written_by));
+      }
+      resharded_from = written_by;
+    }
+    if (start_position > 0) {
+      carry.samples = static_cast<std::int64_t>(checkpoint.scalar("epoch_samples", 0.0));
+      carry.seconds = checkpoint.scalar("epoch_seconds", 0.0);
+      if (writer) {
+        carry.loss_sum = checkpoint.scalar("epoch_loss_sum", 0.0);
+        carry.correct = checkpoint.scalar("epoch_correct", 0.0);
+      }
+    }
+    if (writer) {
+      drop_records_after((dir / "metrics.jsonl").string(), checkpoint.epoch,
+                         checkpoint.global_step);
+    }
   }
   // Only now, with any checkpoint read and checked: a resume that fails leaves the folder as it
   // was (its resolved.toml still says how the run was trained).
@@ -291,26 +363,59 @@ RunSummary Trainer::run() {
       config_.model.name, model_->store().num_params(), data_->train.name, n, data_->test.size(),
       t.epochs, plan_->steps_per_epoch(), dir.string()));
   for (const std::string& line : strategy_->describe()) progress.message(line);
-  if (options_.resume) {
-    progress.message(fmt::format("resuming at epoch {} (step {})", start_epoch, global_step));
+  if (resume) {
+    progress.message(fmt::format("resuming at epoch {} (step {}{})", start_epoch + 1, global_step,
+                                 start_position > 0
+                                     ? fmt::format(", sample {} of the epoch", start_position)
+                                     : std::string()));
+  }
+  if (resharded_from > 0) {
+    progress.message(fmt::format(
+        "resharded: the checkpoint was written by {} ranks, this run has {}; parameters, "
+        "optimizer state, sampler position and learning-rate schedule carry over, the global "
+        "batch stays {} (docs/FAULTS.md)",
+        resharded_from, world_, t.batch_size));
   }
 
   auto elapsed = [&] { return previous_wall + wall.seconds(); };
-  auto save = [&](std::int64_t epochs_done) {
+  // Checkpoints are written by a thread of rank 0 from an in-memory snapshot (checkpoint_writer.h);
+  // the run stalls for the snapshot only. `snapshot_seconds` + the write's seconds are the cost C
+  // of the Young/Daly interval.
+  std::optional<CheckpointWriter> background;
+  if (writer) background.emplace(checkpoints);
+  double snapshot_seconds = 0.0;
+  // `epochs_done` complete epochs and `position` samples of the next (0: at an epoch boundary,
+  // `epoch_sums` then unused); `fatal`: a failed write ends the run (its last checkpoint) instead
+  // of a warning.
+  auto save = [&](std::int64_t epochs_done, std::int64_t position, const EpochCarry& epoch_sums,
+                  bool fatal) {
+    Stopwatch clock;
     Checkpoint c;
     c.epoch = epochs_done;
     c.global_step = global_step;
     c.optimizer_steps = optimizer_->steps();
     c.seed = seed;
     c.sampler_epoch = epochs_done;
-    c.sampler_position = 0;
+    c.sampler_position = position;
     c.scalars = {{"samples", static_cast<double>(samples)},
                  {"train_seconds", train_seconds},
                  {"wall_seconds", elapsed()},
                  {"best_test_accuracy", best_accuracy},
                  {"final_test_loss", last_eval.loss},
                  {"final_test_accuracy", last_eval.accuracy},
-                 {"final_train_loss", last_train_loss}};
+                 {"final_train_loss", last_train_loss},
+                 {"world_size", static_cast<double>(world_)}};
+    if (position > 0) {
+      // The epoch's loss and accuracy sums over every rank, so that its record stays whole.
+      double sums[2] = {epoch_sums.loss_sum, epoch_sums.correct};
+      if (comm != nullptr && strategy_->collective()) {
+        comm->allreduce(sums, 2, DType::kF64, comm::ReduceOp::kSum);
+      }
+      c.scalars.push_back({"epoch_loss_sum", sums[0]});
+      c.scalars.push_back({"epoch_correct", sums[1]});
+      c.scalars.push_back({"epoch_samples", static_cast<double>(epoch_sums.samples)});
+      c.scalars.push_back({"epoch_seconds", epoch_sums.seconds});
+    }
     for (std::size_t i = 0; i < targets.targets().size(); ++i) {
       const auto& reached = targets.reached()[i];
       c.scalars.emplace_back(tta_scalar(targets.targets()[i]), reached ? *reached : kNotReached);
@@ -321,8 +426,40 @@ RunSummary Trainer::run() {
     }
     if (!writer) return;
     capture_from(model_->store(), c);
-    checkpoints.save(c, epochs_done);
+    snapshot_seconds = clock.seconds();
+    background->submit(std::move(c), fatal);
   };
+  // Checkpoints inside an epoch: every checkpoint_every_steps steps (the same step on every rank)
+  // and every checkpoint_every_seconds of rank 0's clock, or at the Young/Daly interval; and a
+  // stop asked for by SIGTERM / SIGINT. The ranks agree on the clock and the signal in one 8-byte
+  // allreduce per step (about a microsecond between threads, docs/FAULTS.md), so that every rank
+  // checkpoints and stops after the same step.
+  const bool mid_epoch = strategy_->keeps_checkpoints() && strategy_->checkpoints_mid_epoch() &&
+                         (comm == nullptr || strategy_->collective());
+  const bool agree = comm != nullptr && strategy_->collective();
+  // The cost C of a checkpoint before one was measured: its bytes at 500 MB/s.
+  const double first_cost =
+      1e-3 + static_cast<double>(model_->store().num_params()) * 4.0 * 3.0 / 500e6;
+  Stopwatch since_checkpoint;
+  auto interval_seconds = [&] {
+    const auto written = background ? background->last_write() : std::nullopt;
+    return checkpoint_interval_seconds(t,
+                                       written ? snapshot_seconds + written->second : first_cost);
+  };
+  // {the signal that asks for a stop, whether a clock checkpoint is due}: the same on every rank.
+  auto control = [&]() -> std::pair<int, bool> {
+    const double interval = writer ? interval_seconds() : 0.0;
+    std::int32_t flags[2] = {
+        stop_requested(),
+        writer && interval > 0.0 && since_checkpoint.seconds() >= interval ? 1 : 0};
+    if (agree) {
+      comm::CollectiveOptions options;
+      options.check_header = false;  // every rank calls it after the same step
+      comm->allreduce(flags, 2, DType::kI32, comm::ReduceOp::kMax, options);
+    }
+    return {flags[0], flags[1] != 0};
+  };
+  int stopped_by = 0;
 
   // Per-rank totals for the compute / communication / waiting split.
   struct RankTotals {
@@ -404,10 +541,12 @@ RunSummary Trainer::run() {
   for (std::int64_t epoch = start_epoch; epoch < t.epochs; ++epoch) {
     const std::vector<std::int64_t> order = sampler.epoch_order(epoch);
     progress.begin_epoch(epoch + 1, plan_->steps_per_epoch());
-    double epoch_loss_sum = 0.0;
-    std::int64_t epoch_correct = 0;
-    std::int64_t epoch_samples = 0;
-    double epoch_seconds = 0.0;
+    // A resume inside this epoch starts from the sums its checkpoint carried.
+    const EpochCarry from = epoch == start_epoch ? carry : EpochCarry{};
+    double epoch_loss_sum = from.loss_sum;
+    auto epoch_correct = static_cast<std::int64_t>(from.correct);
+    std::int64_t epoch_samples = from.samples;
+    double epoch_seconds = from.seconds;
     double window_loss = 0.0;
     std::int64_t window_steps = 0;
     std::int64_t window_samples = 0;
@@ -483,7 +622,24 @@ RunSummary Trainer::run() {
         metrics.write(to_json(EvalRecord{epoch + 1, global_step, last_eval.loss, last_eval.accuracy,
                                          train_seconds, elapsed()}));
       }
+      if (step_in_epoch < plan_->steps_per_epoch()) {  // the epoch's end decides on its own below
+        const bool step_due =
+            t.checkpoint_every_steps > 0 && global_step % t.checkpoint_every_steps == 0;
+        const auto [signal, time_due] = control();
+        if (mid_epoch && (signal != 0 || step_due || time_due)) {
+          save(epoch, step_in_epoch * batch,
+               EpochCarry{epoch_loss_sum, static_cast<double>(epoch_correct), epoch_samples,
+                          epoch_seconds},
+               /*fatal=*/signal != 0);
+          since_checkpoint.reset();
+        }
+        if (signal != 0) {
+          stopped_by = signal;
+          break;
+        }
+      }
     }
+    if (stopped_by != 0) break;  // the rest of the epoch is for the run that resumes it
     {
       Stopwatch clock;  // local SGD's last average of the epoch: training time
       const double communicating = strategy_->end_epoch();
@@ -533,11 +689,16 @@ RunSummary Trainer::run() {
     metrics.write(epoch_json);
     progress.end_epoch(record);
     const bool last = epoch + 1 == t.epochs;
+    const int signal = last ? 0 : control().first;
     // Every rank takes part (the strategy's state may be gathered); rank 0 writes.
     if (strategy_->keeps_checkpoints() &&
-        (last || (t.checkpoint_every > 0 && (epoch + 1) % t.checkpoint_every == 0))) {
-      save(epoch + 1);
+        (last || signal != 0 ||
+         (t.checkpoint_every > 0 && (epoch + 1) % t.checkpoint_every == 0))) {
+      save(epoch + 1, 0, EpochCarry{}, /*fatal=*/last || signal != 0);
+      since_checkpoint.reset();
     }
+    if (signal != 0) stopped_by = signal;
+    if (stopped_by != 0) break;
   }
   if (config_.parallel.trace_steps > 0 && (collective || writer)) {
     write_trace(collective ? comm : nullptr, trace_, (dir / "trace.json").string());
@@ -567,7 +728,23 @@ RunSummary Trainer::run() {
   summary.resumed_from_epoch = resumed_from;
   summary.parallel = strategy_->summary(
       RunTotalsView{global_step - first_step, [&] { return rank_rows(run_totals); }});
+  summary.stopped_by_signal = stopped_by;
   if (!writer) return summary;
+  background->wait();  // the last checkpoint is on disk before the run reports anything
+  if (stopped_by != 0) {
+    const auto written = background->last_write();
+    // Printed even with --quiet: the run is incomplete, and this says how to finish it.
+    log::warn(
+        "{}",
+        fmt::format(
+            "stopped by {} after step {} of {}: {}; continue with `dtrain train --resume {}`",
+            stop_signal_name(stopped_by), global_step, t.epochs * plan_->steps_per_epoch(),
+            strategy_->keeps_checkpoints() && written
+                ? fmt::format("checkpoint {} ({:.2f} s to write)", written->first, written->second)
+                : std::string("no checkpoint (this strategy keeps none)"),
+            dir.string()));
+    return summary;
+  }
   write_summary((dir / "summary.json").string(), summary);
   progress.message(fmt::format(
       "done: test accuracy {:.2f}% (best {:.2f}%), {:.1f} s of training at {:.0f} samples/s; "

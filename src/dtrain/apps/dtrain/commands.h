@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace dtrain::apps {
 
@@ -23,6 +24,11 @@ struct Command {
 // sweep) folder of a command given `config_path`.
 std::string default_out_dir(const std::string& config_path, const std::string& prefix = "");
 
+// main() keeps argv here before parsing: a supervised `dtrain train --max-restarts` starts its
+// child from it.
+void set_command_line(int argc, char** argv);
+const std::vector<std::string>& command_line();
+
 // dtrain train: trains a model from a config file, or resumes a run folder.
 Command add_train_command(CLI::App& app);
 
@@ -35,6 +41,10 @@ Command add_sweep_command(CLI::App& app);
 
 // dtrain generate: continues a prompt with text sampled from a gpt run's newest checkpoint.
 Command add_generate_command(CLI::App& app);
+
+// dtrain check: a pre-flight of the ranks (threads or an mpirun job): reachability, each pair's
+// latency and bandwidth, clock offsets, host names, and a config's data on every rank; a verdict.
+Command add_check_command(CLI::App& app);
 
 // dtrain config: prints a configuration (the defaults, or a file with overrides) as commented TOML.
 Command add_config_command(CLI::App& app);

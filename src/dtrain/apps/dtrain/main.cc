@@ -5,12 +5,15 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "dtrain/base/error.h"
+#include "dtrain/comm/rank_threads.h"
 #include "dtrain/comm/transport/mpi/world.h"
 
 namespace {
@@ -87,6 +90,7 @@ std::string missing_subcommand_message(const CLI::App& app, int argc, char** arg
 
 int main(int argc, char** argv) {
   using dtrain::apps::Command;
+  dtrain::apps::set_command_line(argc, argv);
   CLI::App app("dtrain: distributed training of neural networks", "dtrain");
   app.set_version_flag("--version", fmt::format("dtrain {}", dtrain::apps::kVersion));
   app.require_subcommand(1);
@@ -94,7 +98,7 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {
       dtrain::apps::add_train_command(app), dtrain::apps::add_sweep_command(app),
       dtrain::apps::add_config_command(app), dtrain::apps::add_bench_command(app),
-      dtrain::apps::add_generate_command(app)};
+      dtrain::apps::add_generate_command(app), dtrain::apps::add_check_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -111,19 +115,37 @@ int main(int argc, char** argv) {
                command_path(app, innermost(app)));
     return 1;
   }
+  // Rank threads left running after an error (comm::spawn_ranks gave up waiting for them) may
+  // still use what static destructors free: end without running them.
+  const auto finish = [](int code) {
+    if (dtrain::comm::detached_rank_threads() > 0) {
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::_Exit(code);
+    }
+    return code;
+  };
   try {
     for (const auto& command : commands) {
-      if (command.app->parsed()) return command.run();
+      if (command.app->parsed()) return finish(command.run());
     }
     return 1;
   } catch (const dtrain::InternalError& e) {
     fmt::print(stderr, "error: internal: {}\n", one_line(e.what()));
-    return 3;
+    return finish(3);
   } catch (const dtrain::Error& e) {
     fmt::print(stderr, "error: {}\n", one_line(e.what()));
-    return 2;
+    return finish(2);
+  } catch (const std::bad_alloc&) {
+    // The run's estimate (train/memory_budget.h) counts parameters, gradients and optimizer
+    // state, not activations or scratch: what it let through still did not fit.
+    fmt::print(stderr,
+               "error: memory ran out (std::bad_alloc); the start-up estimate counts parameters, "
+               "gradients and optimizer state but not activations: use a smaller model or "
+               "train.batch_size, fewer workers per process, or --zero-stage 1\n");
+    return finish(2);
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: internal: {}\n", one_line(e.what()));
-    return 3;
+    return finish(3);
   }
 }

@@ -9,9 +9,12 @@
 #include "cli_checks.h"
 #include "commands.h"
 #include "dtrain/base/error.h"
+#include "dtrain/base/stop_request.h"
+#include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/train/config.h"
 #include "dtrain/train/launch.h"
 #include "dtrain/train/strategy_registry.h"
+#include "dtrain/train/supervisor.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::apps {
@@ -51,7 +54,87 @@ struct TrainFlags {
   std::string schedule;
   std::string topology;
   bool quiet = false;
+  std::int64_t max_restarts = 0;
+  double restart_backoff = 1.0;
+  std::string mpirun;
 };
+
+// The options only the supervisor reads, dropped from the child's command line.
+constexpr const char* kSupervisorOptions[] = {"--max-restarts", "--restart-backoff", "--mpirun"};
+
+// `args` (argv as typed) without the supervisor's options and their values.
+std::vector<std::string> without_supervisor_options(const std::vector<std::string>& args) {
+  std::vector<std::string> kept;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    bool dropped = false;
+    for (const std::string option : kSupervisorOptions) {
+      if (args[i] == option) {
+        ++i;  // its value
+        dropped = true;
+      } else if (args[i].rfind(option + "=", 0) == 0) {
+        dropped = true;
+      }
+      if (dropped) break;
+    }
+    if (!dropped) kept.push_back(args[i]);
+  }
+  return kept;
+}
+
+// Splits --mpirun's text on blanks ("-np 2 --hostfile hosts").
+std::vector<std::string> split_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::string word;
+  for (const char ch : text) {
+    if (ch == ' ' || ch == '\t') {
+      if (!word.empty()) words.push_back(std::move(word));
+      word.clear();
+    } else {
+      word += ch;
+    }
+  }
+  if (!word.empty()) words.push_back(word);
+  return words;
+}
+
+// `dtrain train --max-restarts N`: this process supervises the run (train/supervisor.h), which
+// runs as a child `dtrain train` (under `mpirun ARGS` with --mpirun) writing to `run_dir`.
+int supervise_training(const TrainFlags& flags, const std::string& run_dir) {
+  if (comm::launched_by_mpirun()) {
+    throw ConfigError(
+        "--max-restarts supervises the whole job and restarts mpirun itself, so it runs outside "
+        "mpirun: `dtrain train --max-restarts N --mpirun \"-np 2 ...\" --config ...`");
+  }
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  std::vector<std::string> launcher;
+  if (!flags.mpirun.empty()) {
+    launcher = split_words(flags.mpirun);
+    launcher.insert(launcher.begin(), "mpirun");
+  }
+  train::SupervisorOptions options;
+  options.run_dir = run_dir;
+  options.max_restarts = static_cast<int>(flags.max_restarts);
+  options.backoff_seconds = flags.restart_backoff;
+  std::vector<std::string> args = without_supervisor_options(command_line());
+  args.erase(args.begin());  // argv[0]
+  if (flags.resume.empty() && flags.out.empty()) {
+    args.push_back("--out");
+    args.push_back(run_dir);
+  }
+  options.first_command = launcher;
+  options.first_command.push_back(self);
+  options.first_command.insert(options.first_command.end(), args.begin(), args.end());
+  const std::vector<std::string> first = options.first_command;
+  options.restart_command = [launcher, self, run_dir, first, quiet = flags.quiet](int, int) {
+    // Before its resolved.toml exists the run has nothing to resume: start it as it was started.
+    if (!fs::exists(fs::path(run_dir) / "resolved.toml")) return first;
+    std::vector<std::string> command = launcher;
+    command.insert(command.end(), {self, "train", "--resume", run_dir});
+    if (quiet) command.push_back("--quiet");
+    return command;
+  };
+  return train::supervise(options);
+}
 
 constexpr const char* kTrainHelp = R"(Trains a model from a TOML config and writes a run folder.
 
@@ -64,6 +147,11 @@ Examples:
   dtrain train --config examples/fashion_mlp.toml
   dtrain train --config examples/fashion_mlp.toml --set optim.lr=0.05 --epochs 2 --out runs/lr005
   dtrain train --resume runs/lr005 --epochs 4        # continue a run to 4 epochs
+  dtrain train --resume runs/lr005 --workers 4       # continue it on 4 ranks (resharded)
+  dtrain train --config examples/fashion_mlp.toml --max-restarts 3 \
+               --set train.checkpoint_every_steps=100
+                                                     # restart from the newest good checkpoint
+                                                     # when the run dies, up to 3 times
   dtrain train --config examples/fashion_mlp.toml --workers 2 --allreduce ring
                                                      # data parallel: 2 ranks as threads
   dtrain train --config examples/fashion_mlp.toml --workers 2 --no-overlap --bucket-bytes 0
@@ -109,8 +197,15 @@ Outputs (in --out, default runs/<config name>-<YYYYmmdd-HHMMSS>):
                            (data parallel: per-rank compute/communication/waiting, bytes)
   trace.json               Chrome trace of the first parallel.trace_steps steps (Perfetto)
   checkpoints/epoch-N.ckpt checkpoints (train.checkpoint_every), checkpoints/latest names the newest
+  checkpoints/epoch-N-step-S.ckpt  checkpoints inside an epoch (train.checkpoint_every_steps,
+                           checkpoint_every_seconds, mtbf_hours; and on SIGTERM / SIGINT)
+  restarts.jsonl           --max-restarts: one line per restart (cause, rank, steps lost)
 
-Exit codes: 0 success, 1 bad command line, 2 bad input (config, data, checkpoint), 3 internal error.)";
+SIGTERM or SIGINT (Ctrl-C) saves a checkpoint after the current step and stops (a second one stops
+at once); `--resume` continues from it. See docs/FAULTS.md.
+
+Exit codes: 0 success, 1 bad command line, 2 bad input (config, data, checkpoint), 3 internal error,
+128 + signal: stopped by SIGTERM (143) or SIGINT (130) after saving a checkpoint.)";
 
 int run_train(const TrainFlags& flags) {
   std::vector<std::string> overrides = flags.sets;
@@ -202,12 +297,17 @@ int run_train(const TrainFlags& flags) {
   options.quiet = flags.quiet;
   if (!flags.resume.empty()) {
     // A resumed run must be the run its checkpoint belongs to; only its length may change.
+    // The number of ranks may change too: the checkpoint is resharded where the strategy allows
+    // (docs/FAULTS.md), or the trainer refuses naming both counts.
     for (const auto& assignment : overrides) {
-      if (assignment.rfind("train.epochs=", 0) != 0) {
+      if (assignment.rfind("train.epochs=", 0) != 0 &&
+          assignment.rfind("parallel.workers=", 0) != 0 &&
+          assignment.rfind("parameter_server.servers=", 0) != 0) {
         throw ConfigError(fmt::format(
-            "--resume {} continues the run of its resolved.toml; only train.epochs (--epochs) "
-            "may change, but '{}' was given; start a new run with --config {}/resolved.toml to "
-            "change other keys",
+            "--resume {} continues the run of its resolved.toml; only train.epochs (--epochs), "
+            "parallel.workers (--workers) and parameter_server.servers (--servers) may change, "
+            "but '{}' was given; start a new run "
+            "with --config {}/resolved.toml to change other keys",
             flags.resume, assignment, flags.resume));
       }
     }
@@ -224,8 +324,17 @@ int run_train(const TrainFlags& flags) {
     config = train::load_config(flags.config, overrides);
     options.run_dir = flags.out.empty() ? default_out_dir(flags.config) : flags.out;
   }
-  train::run_training(config, options);
-  return 0;
+  if (flags.max_restarts > 0) return supervise_training(flags, options.run_dir);
+  if (!flags.mpirun.empty()) {
+    throw ConfigError(
+        "--mpirun names the launcher a supervised run restarts; give --max-restarts "
+        "N with it");
+  }
+  install_stop_handlers();
+  const train::RunSummary summary = train::run_training(config, options);
+  // A stop asked for by SIGTERM / SIGINT: exit as a process killed by it would, after the
+  // checkpoint (a scheduler or the supervisor then knows the run is incomplete).
+  return summary.stopped_by_signal != 0 ? 128 + summary.stopped_by_signal : 0;
 }
 
 }  // namespace
@@ -358,6 +467,19 @@ Command add_train_command(CLI::App& app) {
                   "full (decentralized.topology)")
       ->type_name("NAME");
   sub->add_flag("--quiet,-q", flags->quiet, "no progress output (errors are still printed)");
+  sub->add_option("--max-restarts", flags->max_restarts,
+                  "supervise the run: when it dies (a killed process, a failed rank, a deadline) "
+                  "restart it from its newest good checkpoint, up to N times; each restart is "
+                  "logged in <run folder>/restarts.jsonl (docs/FAULTS.md)")
+      ->check(at_least(1));
+  sub->add_option("--restart-backoff", flags->restart_backoff,
+                  "--max-restarts: seconds before the first restart, doubling after each (at "
+                  "most 30 s); default 1")
+      ->check(CLI::Range(0.0, 3600.0));
+  sub->add_option("--mpirun", flags->mpirun,
+                  "--max-restarts: run (and restart) the job as `mpirun ARGS dtrain train ...`, "
+                  "e.g. --mpirun \"-np 2 --hostfile hosts\"")
+      ->type_name("ARGS");
   resume->excludes(config)->excludes(out);
   sub->callback([flags, config, resume] {
     if (config->count() == 0 && resume->count() == 0) {

@@ -1,5 +1,8 @@
 #include "dtrain/comm/algorithms/channel.h"
 
+#include "dtrain/base/log.h"
+#include "dtrain/comm/comm_error.h"
+
 namespace dtrain::comm {
 
 Channel::Channel(Transport& transport, std::uint64_t tag, Deadline deadline,
@@ -9,13 +12,17 @@ Channel::Channel(Transport& transport, std::uint64_t tag, Deadline deadline,
 std::unique_ptr<Request> Channel::isend(int peer, const void* data, std::size_t bytes) {
   traffic_.bytes_sent += static_cast<std::int64_t>(bytes);
   traffic_.messages_sent += 1;
-  return transport_.isend(peer, tag_, data, bytes);
+  auto request = transport_.isend(peer, tag_, data, bytes);
+  request->describe_as(peer, true, bytes);
+  return request;
 }
 
 std::unique_ptr<Request> Channel::irecv(int peer, void* data, std::size_t bytes) {
   traffic_.bytes_received += static_cast<std::int64_t>(bytes);
   traffic_.messages_received += 1;
-  return transport_.irecv(peer, tag_, data, bytes);
+  auto request = transport_.irecv(peer, tag_, data, bytes);
+  request->describe_as(peer, false, bytes);
+  return request;
 }
 
 std::unique_ptr<Request> Channel::irecv_reduce(int peer, void* data, std::int64_t count,
@@ -23,27 +30,52 @@ std::unique_ptr<Request> Channel::irecv_reduce(int peer, void* data, std::int64_
   const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
   traffic_.bytes_received += static_cast<std::int64_t>(bytes);
   traffic_.messages_received += 1;
-  return transport_.irecv_reduce(peer, tag_, data, bytes, dtype, op);
+  auto request = transport_.irecv_reduce(peer, tag_, data, bytes, dtype, op);
+  request->describe_as(peer, false, bytes);
+  return request;
+}
+
+void Channel::wait(Request& request) {
+  if (watch_ == nullptr || watch_->warned || watch_->at >= deadline_) {
+    request.wait(deadline_);
+    return;
+  }
+  try {
+    request.wait(watch_->at);
+    return;
+  } catch (const CommTimeoutError&) {
+    // Past the stall threshold: say what this rank waits for, then wait on to the deadline.
+  }
+  watch_->warned = true;
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - watch_->start).count();
+  const std::string peer =
+      request.peer() < 0 ? std::string("a peer")
+      : request.is_send()
+          ? fmt::format("rank {} to take a message ({} bytes)", request.peer(), request.bytes())
+          : fmt::format("a message from rank {} ({} bytes)", request.peer(), request.bytes());
+  log::warn("stall: {} has waited {:.3g} s in {} for {} (the call fails at {:.3g} s)",
+            watch_->label, waited, watch_->what ? watch_->what() : std::string("a call"), peer,
+            std::chrono::duration<double>(watch_->timeout).count());
+  request.wait(deadline_);
 }
 
 void Channel::wait_all(std::vector<std::unique_ptr<Request>>& requests) {
-  for (auto& request : requests) request->wait(deadline_);
+  for (auto& request : requests) wait(*request);
 }
 
 void Channel::send(int peer, const void* data, std::size_t bytes) {
-  isend(peer, data, bytes)->wait(deadline_);
+  wait(*isend(peer, data, bytes));
 }
 
-void Channel::recv(int peer, void* data, std::size_t bytes) {
-  irecv(peer, data, bytes)->wait(deadline_);
-}
+void Channel::recv(int peer, void* data, std::size_t bytes) { wait(*irecv(peer, data, bytes)); }
 
 void Channel::send_recv(int send_peer, const void* send_data, std::size_t send_bytes, int recv_peer,
                         void* recv_data, std::size_t recv_bytes) {
   auto receive = irecv(recv_peer, recv_data, recv_bytes);
   auto send_request = isend(send_peer, send_data, send_bytes);
-  receive->wait(deadline_);
-  send_request->wait(deadline_);
+  wait(*receive);
+  wait(*send_request);
 }
 
 }  // namespace dtrain::comm

@@ -6,7 +6,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "dtrain/comm/transport/transport.h"
@@ -19,6 +22,18 @@ struct Traffic {
   std::int64_t bytes_received = 0;
   std::int64_t messages_sent = 0;
   std::int64_t messages_received = 0;
+};
+
+// The stall warning of one collective call, shared by the channels it uses: the first wait still
+// running at `at` logs one warning naming `label`, what() (the collective, its sequence number and
+// algorithm) and the peer, then waits on to the deadline.
+struct StallWatch {
+  std::chrono::steady_clock::time_point start;
+  std::chrono::steady_clock::time_point at;
+  std::chrono::milliseconds timeout{0};
+  std::string_view label;  // "rank 0", as the call's errors begin
+  std::function<std::string()> what;
+  bool warned = false;
 };
 
 class Channel {
@@ -45,7 +60,11 @@ class Channel {
   // transports that can read the sender's memory). Counted as a received message.
   std::unique_ptr<Request> irecv_reduce(int peer, void* data, std::int64_t count, DType dtype,
                                         ReduceOp op);
-  void wait(Request& request) { request.wait(deadline_); }
+  // Waits for `request` until the deadline; with a stall watch, logs its warning once first.
+  void wait(Request& request);
+  // Every wait of this channel warns through `watch` (null: none); it must outlive the channel.
+  void set_stall_watch(StallWatch* watch) { watch_ = watch; }
+  StallWatch* stall_watch() const { return watch_; }
   // Waits for all, in order; requests stay owned by the caller.
   void wait_all(std::vector<std::unique_ptr<Request>>& requests);
 
@@ -61,6 +80,7 @@ class Channel {
   Deadline deadline_;
   std::size_t segment_bytes_;
   Traffic traffic_;
+  StallWatch* watch_ = nullptr;
 };
 
 }  // namespace dtrain::comm

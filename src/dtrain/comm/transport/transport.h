@@ -26,8 +26,25 @@ class Request {
   // True once complete; throws CommError if the operation failed (peer aborted, size mismatch).
   virtual bool test() = 0;
   // Blocks until complete or until `deadline`: throws CommTimeoutError naming this rank, the peer,
-  // the tag and the size when the deadline passes, CommError when the operation failed.
+  // the tag and the size when the deadline passes, CommError when the operation failed. The
+  // request stays valid after a timeout: it may be waited on again with a later deadline.
   virtual void wait(std::chrono::steady_clock::time_point deadline) = 0;
+
+  // What the request waits for, in the words of a stall warning (Channel::wait): the peer (-1:
+  // not recorded), whether it is a send, and its bytes. Set by whoever posted it.
+  void describe_as(int peer, bool is_send, std::size_t bytes) {
+    peer_ = peer;
+    is_send_ = is_send;
+    bytes_ = bytes;
+  }
+  int peer() const { return peer_; }
+  bool is_send() const { return is_send_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  int peer_ = -1;
+  bool is_send_ = false;
+  std::size_t bytes_ = 0;
 };
 
 // Tagged, asynchronous point-to-point messages between the `size()` ranks of one world.

@@ -16,6 +16,7 @@ class SingleWorker final : public Strategy {
  public:
   explicit SingleWorker(const StrategyContext& context) : Strategy(context) {}
   std::string name() const override { return "single"; }
+  bool reshards_checkpoints() const override { return true; }
   StepResult step(const StepInput& input, optim::Optimizer& optimizer) override;
 };
 

@@ -1,8 +1,16 @@
 #include "dtrain/comm/transport/mpi/world.h"
 
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string>
+#include <thread>
 
+#include "dtrain/base/env.h"
 #include "dtrain/comm/comm_error.h"
 #include "dtrain/comm/transport/mpi/mpi_api.h"
 #include "dtrain/comm/transport/mpi/transport.h"
@@ -24,6 +32,62 @@ bool mpi_finalized() {
 
 void finalize_at_exit() { mpi_finalize(); }
 
+std::chrono::milliseconds start_timeout_override{0};  // guarded by init_mutex()
+
+// MPI_Init waits for every process of the job (Open MPI's PMIx fence): one that never starts (an
+// unreachable host, a wrong path, a crashed launch) leaves the others in it for ever, silently.
+// The watchdog ends this process at the deadline with a line saying so; mpirun then ends the job.
+class InitWatchdog {
+ public:
+  explicit InitWatchdog(std::chrono::milliseconds timeout)
+      : thread_([this, timeout] { watch(timeout); }) {}
+  ~InitWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      returned_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  InitWatchdog(const InitWatchdog&) = delete;
+  InitWatchdog& operator=(const InitWatchdog&) = delete;
+
+ private:
+  void watch(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cv_.wait_for(lock, timeout, [&] { return returned_; })) return;
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (rank == nullptr) rank = std::getenv("PMIX_RANK");
+    const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+    if (size == nullptr) size = std::getenv("PMI_SIZE");
+    char host[256] = "?";
+    gethostname(host, sizeof(host) - 1);
+    const int others = size != nullptr ? std::atoi(size) - 1 : -1;
+    std::fprintf(stderr,
+                 "error: process %s of %s (host %s, pid %d): MPI_Init has not returned after "
+                 "%.3g s: the %s other process(es) of the job have not all started: a host may be "
+                 "unreachable or a process failed to start; check the mpirun host list, that "
+                 "dtrain exists at the same path on every host, and mpirun's own messages (the "
+                 "deadline is DTRAIN_COMM_TIMEOUT_MS)\n",
+                 rank != nullptr ? rank : "?", size != nullptr ? size : "?", host,
+                 static_cast<int>(getpid()), std::chrono::duration<double>(timeout).count(),
+                 others >= 0 ? std::to_string(others).c_str() : "other");
+    std::fflush(stderr);
+    std::_Exit(2);
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool returned_ = false;
+  std::thread thread_;  // last: started once the fields above exist
+};
+
+std::chrono::milliseconds start_timeout() {
+  if (start_timeout_override.count() > 0) return start_timeout_override;
+  const std::int64_t ms = env::get_int("DTRAIN_COMM_TIMEOUT_MS", 60000);
+  return std::chrono::milliseconds(ms > 0 ? ms : 60000);
+}
+
 void ensure_initialised() {
   std::lock_guard<std::mutex> lock(init_mutex());
   if (mpi_finalized()) {
@@ -35,6 +99,7 @@ void ensure_initialised() {
   MPI_Initialized(&initialised);
   int provided = MPI_THREAD_SINGLE;
   if (initialised == 0) {
+    const InitWatchdog watchdog(start_timeout());
     mpi::check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread",
                "mpi transport");
     initialised_here = true;
@@ -50,6 +115,11 @@ void ensure_initialised() {
 }
 
 }  // namespace
+
+void set_mpi_start_timeout(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(init_mutex());
+  start_timeout_override = timeout;
+}
 
 bool launched_by_mpirun() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {

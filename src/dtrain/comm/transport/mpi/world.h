@@ -6,8 +6,14 @@
 // at exit (unless MPI was initialised by someone else, who then finalises it). A process that
 // fails should call mpi_abort(code) rather than return: mpirun then tears the whole job down at
 // once, where a plain exit would leave the other processes waiting for their deadlines.
+//
+// Start-up watchdog: MPI_Init waits for every process of the job. If it has not returned by the
+// start deadline (set_mpi_start_timeout, else DTRAIN_COMM_TIMEOUT_MS, else 60 s), this process
+// prints one line naming itself (rank, size, host) and the processes that have not all started,
+// and exits with status 2; mpirun then ends the job.
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include "dtrain/comm/transport/transport.h"
@@ -28,6 +34,9 @@ int launcher_rank();
 // the other calls that create transports. Each transport has its own duplicated communicators, so
 // messages left over in one (after a timeout) never reach another.
 std::shared_ptr<Transport> mpi_world_transport();
+
+// The start-up watchdog's deadline for a later first initialisation (0: the default above).
+void set_mpi_start_timeout(std::chrono::milliseconds timeout);
 
 // MPI_COMM_WORLD rank and size (initialise MPI on first use).
 int mpi_world_rank();

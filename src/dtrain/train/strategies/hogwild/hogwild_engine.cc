@@ -93,6 +93,14 @@ parallel::HogwildEpoch HogwildEngine::run_epoch(std::int64_t epoch, float lr) {
   return linear_ ? linear_->run_epoch(epoch, lr) : mlp_->run_epoch(epoch, lr);
 }
 
+std::span<float> HogwildEngine::weights() { return linear_ ? linear_->weights() : mlp_->weights(); }
+
+std::vector<nn::ParamEntry> HogwildEngine::param_entries() const {
+  if (mlp_) return mlp_->param_entries();
+  const auto d = static_cast<std::int64_t>(linear_->weights().size());
+  return {nn::ParamEntry{"weights", 0, {d}, d, true}};
+}
+
 HogwildFigures HogwildEngine::evaluate_train() const {
   if (linear_) {
     const parallel::LinearEvaluation e = linear_->evaluate(*data_.sparse_train);

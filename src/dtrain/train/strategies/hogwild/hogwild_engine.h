@@ -11,7 +11,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "dtrain/data/sparse_dataset.h"
 #include "dtrain/optim/lr_schedule.h"
@@ -60,6 +62,11 @@ class HogwildEngine {
   HogwildFigures evaluate_train() const;
   // Empty when there is no test set.
   std::optional<HogwildFigures> evaluate_test() const;
+
+  // The shared parameters (after run_epoch returned: every thread joined) and their tensors, for
+  // checkpoints: the MLP's layers, or one tensor "weights" of the linear model's d features.
+  std::span<float> weights();
+  std::vector<nn::ParamEntry> param_entries() const;
 
   const std::string& dataset_name() const { return dataset_name_; }
   std::int64_t parameters() const { return parameters_; }

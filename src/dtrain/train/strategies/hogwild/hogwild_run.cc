@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <filesystem>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 #include "dtrain/base/error.h"
 #include "dtrain/base/timer.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/train/atomic_file.h"
+#include "dtrain/train/checkpoint.h"
+#include "dtrain/train/checkpoint_dir.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/statistics.h"
 #include "dtrain/train/strategies/hogwild/hogwild_engine.h"
@@ -20,12 +23,51 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void check_resume(const TrainerOptions& options) {
-  if (options.resume) {
-    throw ConfigError(fmt::format(
-        "--resume {}: a hogwild run keeps no checkpoints and cannot be resumed; start a new run "
-        "with --config {}/resolved.toml",
-        options.run_dir, options.run_dir));
+// A target not reached yet, as stored among a checkpoint's scalars (as the Trainer stores it).
+constexpr double kNotReached = -1.0;
+
+std::string tta_scalar(double target) { return "tta:" + AccuracyTargets::key(target); }
+
+// A resumed run repeats the epochs after its checkpoint: records the interrupted run wrote for them
+// are dropped first, so metrics.jsonl reads as one uninterrupted run.
+void drop_records_after(const std::string& path, std::int64_t epoch) {
+  if (!fs::exists(path)) return;
+  std::istringstream in(read_whole_file(path));
+  std::string kept;
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_discarded() || !record.contains("epoch")) continue;  // a torn last line
+    if (record["epoch"].get<std::int64_t>() <= epoch) kept += line + "\n";
+  }
+  write_file_atomically(path, kept);
+}
+
+// Checks that `checkpoint` holds the parameters of `engine`'s model; CheckpointError naming the
+// file and the first tensor that differs otherwise.
+void check_hogwild_layout(const Checkpoint& checkpoint, const HogwildEngine& engine,
+                          const std::string& path) {
+  const std::vector<nn::ParamEntry> mine = engine.param_entries();
+  const auto& theirs = checkpoint.param_table;
+  for (std::size_t i = 0; i < std::max(mine.size(), theirs.size()); ++i) {
+    const bool same = i < mine.size() && i < theirs.size() && mine[i].name == theirs[i].name &&
+                      mine[i].shape == theirs[i].shape && mine[i].offset == theirs[i].offset;
+    if (!same) {
+      throw CheckpointError(fmt::format(
+          "checkpoint {}: parameter {} is {} in the checkpoint but {} in the model; resume with "
+          "the configuration the checkpoint was written with",
+          path, i,
+          i < theirs.size()
+              ? fmt::format("{} {}", theirs[i].name, tensor::shape_str(theirs[i].shape))
+              : std::string("missing"),
+          i < mine.size() ? fmt::format("{} {}", mine[i].name, tensor::shape_str(mine[i].shape))
+                          : std::string("missing")));
+    }
+  }
+  if (std::ssize(checkpoint.params) != engine.parameters() || !checkpoint.buffers.empty()) {
+    throw CheckpointError(fmt::format(
+        "checkpoint {}: {} parameters and {} buffer values, the hogwild model has {} and none",
+        path, checkpoint.params.size(), checkpoint.buffers.size(), engine.parameters()));
   }
 }
 
@@ -38,19 +80,19 @@ double updates_per_cpu_second(std::int64_t updates, const std::vector<double>& c
   return total > 0.0 ? static_cast<double>(updates) / total : 0.0;
 }
 
-void prepare_run_dir(const fs::path& dir, const Config& config) {
+void prepare_run_dir(const fs::path& dir, bool resume) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
     throw ConfigError(fmt::format("cannot create the run folder {}: {}; choose another --out",
                                   dir.string(), ec.message()));
   }
-  if (fs::exists(dir / "metrics.jsonl")) {
-    throw ConfigError(
-        fmt::format("the run folder {} already holds a run (metrics.jsonl); choose another --out",
-                    dir.string()));
+  if (!resume && fs::exists(dir / "metrics.jsonl")) {
+    throw ConfigError(fmt::format(
+        "the run folder {} already holds a run (metrics.jsonl); continue it with --resume {} or "
+        "choose another --out",
+        dir.string(), dir.string()));
   }
-  write_file_atomically((dir / "resolved.toml").string(), to_toml(config));
 }
 
 }  // namespace
@@ -58,7 +100,6 @@ void prepare_run_dir(const fs::path& dir, const Config& config) {
 RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
   Stopwatch wall;
   validate(config);
-  check_resume(options);
   check_hogwild_config(config);
   const TrainSection& t = config.train;
   const optim::LrSchedule schedule = hogwild_epoch_schedule(config);
@@ -68,25 +109,99 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
   HogwildEngine engine(config, data, threads);
 
   const fs::path dir(options.run_dir);
-  prepare_run_dir(dir, config);
-  MetricsLog metrics((dir / "metrics.jsonl").string(), false);
+  prepare_run_dir(dir, options.resume);
+  CheckpointDir checkpoints((dir / "checkpoints").string(), t.keep_checkpoints);
+  AccuracyTargets targets(t.accuracy_targets);
+  std::int64_t start_epoch = 0;
+  std::int64_t updates = 0;
+  double train_seconds = 0.0;
+  double previous_wall = 0.0;
+  double best_accuracy = 0.0;
+  HogwildFigures last_train;
+  std::optional<HogwildFigures> last_test;
+  if (options.resume) {
+    // The shared parameters as the checkpoint's epoch left them (plain SGD keeps no other state).
+    const VerifiedCheckpoint verified = checkpoints.newest_good();
+    const Checkpoint& checkpoint = verified.checkpoint;
+    if (checkpoint.seed != static_cast<std::uint64_t>(t.seed)) {
+      throw CheckpointError(fmt::format(
+          "checkpoint {} was written with train.seed = {} but the run's resolved.toml says {}",
+          verified.path, checkpoint.seed, t.seed));
+    }
+    check_hogwild_layout(checkpoint, engine, verified.path);
+    if (checkpoint.sampler_position != 0) {
+      throw CheckpointError(fmt::format(
+          "checkpoint {} was written inside epoch {}; a hogwild run resumes at epoch ends only",
+          verified.path, checkpoint.sampler_epoch + 1));
+    }
+    std::copy(checkpoint.params.begin(), checkpoint.params.end(), engine.weights().begin());
+    start_epoch = checkpoint.sampler_epoch;
+    updates = static_cast<std::int64_t>(checkpoint.scalar("samples", 0.0));
+    train_seconds = checkpoint.scalar("train_seconds", 0.0);
+    previous_wall = checkpoint.scalar("wall_seconds", 0.0);
+    best_accuracy = checkpoint.scalar("best_test_accuracy", 0.0);
+    last_train.loss = checkpoint.scalar("final_train_loss", 0.0);
+    last_train.accuracy = checkpoint.scalar("final_train_accuracy", 0.0);
+    for (std::size_t i = 0; i < targets.targets().size(); ++i) {
+      const double seconds = checkpoint.scalar(tta_scalar(targets.targets()[i]), kNotReached);
+      if (seconds >= 0.0) targets.set_reached(i, seconds);
+    }
+    if (start_epoch >= t.epochs) {
+      throw ConfigError(fmt::format(
+          "checkpoint {} is at epoch {} and train.epochs = {}: nothing left to train; pass "
+          "--epochs N with N > {} to train further",
+          verified.path, start_epoch, t.epochs, start_epoch));
+    }
+    drop_records_after((dir / "metrics.jsonl").string(), start_epoch);
+  }
+  write_file_atomically((dir / "resolved.toml").string(), to_toml(config));
+  MetricsLog metrics((dir / "metrics.jsonl").string(), options.resume);
   Progress progress(options.out, Progress::detect_style(options.out, options.quiet), t.epochs);
   progress.message(
       fmt::format("dtrain: hogwild {} ({} parameters) on {} ({}), {} threads without locks, {} "
                   "epochs; run folder {}",
                   config.model.name, engine.parameters(), engine.dataset_name(),
                   engine.description(), threads, t.epochs, dir.string()));
+  progress.message(
+      fmt::format("checkpoints: the shared parameters {}, once the epoch's threads joined",
+                  t.checkpoint_every > 0
+                      ? fmt::format("every {} epoch(s) and after the last", t.checkpoint_every)
+                      : std::string("after the last epoch")));
+  if (options.resume) {
+    progress.message(fmt::format("resuming at epoch {} ({} updates)", start_epoch + 1, updates));
+  }
+  auto elapsed = [&] { return previous_wall + wall.seconds(); };
+  // At an epoch end, with every thread joined: the parameters are exactly what the epoch wrote.
+  auto save = [&](std::int64_t epochs_done) {
+    Checkpoint c;
+    c.epoch = epochs_done;
+    c.global_step = updates;
+    c.optimizer_steps = 0;  // plain SGD: no optimizer state
+    c.seed = static_cast<std::uint64_t>(t.seed);
+    c.sampler_epoch = epochs_done;
+    c.sampler_position = 0;
+    c.scalars = {{"samples", static_cast<double>(updates)},
+                 {"train_seconds", train_seconds},
+                 {"wall_seconds", elapsed()},
+                 {"best_test_accuracy", best_accuracy},
+                 {"final_test_loss", last_test ? last_test->loss : 0.0},
+                 {"final_test_accuracy", last_test ? last_test->accuracy : 0.0},
+                 {"final_train_loss", last_train.loss},
+                 {"final_train_accuracy", last_train.accuracy}};
+    for (std::size_t i = 0; i < targets.targets().size(); ++i) {
+      const auto& reached = targets.reached()[i];
+      c.scalars.emplace_back(tta_scalar(targets.targets()[i]), reached ? *reached : kNotReached);
+    }
+    c.param_table = engine.param_entries();
+    const std::span<float> weights = engine.weights();
+    c.params.assign(weights.begin(), weights.end());
+    checkpoints.save(c);
+  };
 
-  AccuracyTargets targets(t.accuracy_targets);
-  std::int64_t updates = 0;
-  double train_seconds = 0.0;
-  double best_accuracy = 0.0;
-  HogwildFigures last_train;
-  std::optional<HogwildFigures> last_test;
   std::vector<double> epoch_rates;
   std::vector<std::int64_t> thread_updates(static_cast<std::size_t>(threads), 0);
   std::vector<double> thread_cpu_seconds(thread_updates.size(), 0.0);
-  for (std::int64_t e = 0; e < t.epochs; ++e) {
+  for (std::int64_t e = start_epoch; e < t.epochs; ++e) {
     const auto lr = static_cast<float>(schedule.lr(e));
     const parallel::HogwildEpoch epoch = engine.run_epoch(e, lr);
     updates += epoch.updates;
@@ -112,7 +227,7 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
     record.samples_per_second = epoch.updates_per_second;
     record.epoch_seconds = epoch.seconds;
     record.train_seconds = train_seconds;
-    record.elapsed = wall.seconds();
+    record.elapsed = elapsed();
     nlohmann::json line = to_json(record);
     line["lr"] = lr;
     line["updates"] = epoch.updates;
@@ -131,6 +246,9 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
                                 100.0 * last_test->accuracy)
                   : std::string(),
         lr, epoch.updates_per_second, epoch.seconds));
+    if (e + 1 == t.epochs || (t.checkpoint_every > 0 && (e + 1) % t.checkpoint_every == 0)) {
+      save(e + 1);
+    }
   }
 
   RunSummary summary;
@@ -144,7 +262,8 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
   summary.final_test_loss = last_test ? last_test->loss : last_train.loss;
   summary.final_test_accuracy = last_test ? last_test->accuracy : last_train.accuracy;
   summary.best_test_accuracy = best_accuracy;
-  summary.wall_seconds = wall.seconds();
+  summary.wall_seconds = elapsed();
+  summary.resumed_from_epoch = start_epoch;
   summary.train_seconds = train_seconds;
   summary.train_samples_per_second =
       train_seconds > 0.0 ? static_cast<double>(updates) / train_seconds : 0.0;

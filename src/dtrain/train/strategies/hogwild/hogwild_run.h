@@ -11,6 +11,9 @@
 //   summary.json    the usual summary; train_samples_per_second is updates/s over all epochs, and
 //                   "parallel" holds the strategy, threads, median epoch updates/s, updates per
 //                   CPU second and per-thread counts
+//   checkpoints/    epoch-N.ckpt and latest (checkpoint_dir.h): the shared parameters after epoch
+//                   N, taken once its threads joined (every train.checkpoint_every epochs and the
+//                   last), so `dtrain train --resume` continues at epoch N + 1
 //
 // Keys that apply: optim.lr (with the [schedule] keys, counting one schedule step per epoch:
 // schedule.decay = "step" with step_size = 1 and gamma = 0.9 is the per-epoch decay of Niu et
@@ -18,7 +21,9 @@
 // train.epochs, train.seed (initialisation, epoch orders), train.accuracy_targets (on test
 // accuracy; on training accuracy when there is no test set). optim.name must be "sgd" with
 // momentum 0; train.threads does not apply (each thread computes alone), nor does batch-size
-// scaling. A Hogwild! run keeps no checkpoints, so it cannot be resumed.
+// scaling. Plain SGD keeps no optimizer state, so a checkpoint is the parameters and the run's
+// figures; a resumed run trains on from exactly those parameters, but Hogwild!'s races make its
+// later epochs differ from the uninterrupted run's (docs/HOGWILD.md, "Checkpoints").
 #pragma once
 
 #include "dtrain/train/config.h"

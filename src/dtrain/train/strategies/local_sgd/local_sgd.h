@@ -47,6 +47,7 @@ class LocalSgd final : public Strategy {
   void before_evaluation() override;
   void after_evaluation() override;
   std::vector<optim::StateTensor> checkpoint_state(const optim::Optimizer& optimizer) override;
+  bool checkpoints_mid_epoch() const override { return false; }
   void restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
                      optim::Optimizer& optimizer, const std::string& path) override;
   std::vector<std::string> describe() const override;

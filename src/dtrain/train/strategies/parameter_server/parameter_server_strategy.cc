@@ -31,11 +31,15 @@ std::unique_ptr<data::SharePlan> ParameterServerWorker::share_plan(
   return std::make_unique<TicketPlan>(context_.config, context_.world, train_samples, client_);
 }
 
-StepResult ParameterServerWorker::step(const StepInput& input, optim::Optimizer& /*optimizer*/) {
+StepResult ParameterServerWorker::step(const StepInput& input, optim::Optimizer& optimizer) {
   using Clock = TraceRecorder::Clock;
+  nn::ParamStore& store = context_.model.store();
+  if (pull_first_) {
+    client_.pull({0, store.num_params()}, store.params(), input.step);
+    pull_first_ = false;
+  }
   const LocalGradients::Result local =
       context_.local.compute(input.x, input.labels, input.step, input.global_count);
-  nn::ParamStore& store = context_.model.store();
   const auto& p = context_.config.parameter_server;
   const bool pull = p.consistency != "async" || (input.step + 1) % p.pull_every == 0;
   const auto start = Clock::now();
@@ -44,6 +48,8 @@ StepResult ParameterServerWorker::step(const StepInput& input, optim::Optimizer&
       {input.step, input.x.dim(0), input.global_count, input.lr}, pull ? store.params() : nullptr);
   const auto end = Clock::now();
   if (pushed.dropped) ++dropped_steps_;
+  // This optimizer updates nothing; it counts the servers' updates for the checkpoint.
+  while (optimizer.steps() < pushed.version) optimizer.finish_step();
   if (context_.trace.enabled()) {
     context_.trace.add(pull ? "push and pull" : "push", "comm", TraceRecorder::kComputeThread,
                        start, end,
@@ -61,6 +67,61 @@ void ParameterServerWorker::before_evaluation() {
   if (!ticketed()) return;  // bsp: the worker pulled this step's parameters
   nn::ParamStore& store = context_.model.store();
   client_.get({0, store.num_params()}, store.params());
+}
+
+std::vector<optim::StateTensor> ParameterServerWorker::checkpoint_state(
+    const optim::Optimizer& optimizer) {
+  if (context_.rank != 0) return {};  // worker 0 writes the checkpoint
+  nn::ParamStore& store = context_.model.store();
+  const ps::KeyRange all{0, store.num_params()};
+  // async / ssp: the servers' parameters now, with the state below, not this worker's last pull.
+  if (ticketed()) client_.get(all, store.params());
+  ps::OptimizerState servers = client_.get_state(all);
+  std::vector<optim::StateTensor> state = optimizer.state();
+  if (servers.vectors.size() != state.size()) {
+    throw InternalError(
+        fmt::format("parameter servers keep {} optimizer state vectors, the workers' optimizer {}",
+                    servers.vectors.size(), state.size()));
+  }
+  // From the key layout to the one-worker optimizer's (its segments packed in order).
+  for (std::size_t v = 0; v < state.size(); ++v) {
+    std::size_t at = 0;
+    for (const optim::Segment& segment : optimizer.segments()) {
+      std::copy_n(servers.vectors[v].begin() + segment.offset, segment.numel,
+                  state[v].values.begin() + static_cast<std::ptrdiff_t>(at));
+      at += static_cast<std::size_t>(segment.numel);
+    }
+  }
+  return state;
+}
+
+void ParameterServerWorker::restore_state(std::vector<optim::StateTensor> state,
+                                          std::int64_t optimizer_steps, optim::Optimizer& optimizer,
+                                          const std::string& path) {
+  nn::ParamStore& store = context_.model.store();
+  const ps::KeyRange all{0, store.num_params()};
+  // The checkpoint's state by key, which each server cuts its range from.
+  std::vector<std::vector<float>> by_key;
+  for (const optim::StateTensor& tensor : state) {
+    std::vector<float> values(static_cast<std::size_t>(all.size()), 0.0f);
+    std::size_t at = 0;
+    for (const optim::Segment& segment : optimizer.segments()) {
+      if (at + static_cast<std::size_t>(segment.numel) > tensor.values.size()) break;
+      std::copy_n(tensor.values.begin() + static_cast<std::ptrdiff_t>(at), segment.numel,
+                  values.begin() + segment.offset);
+      at += static_cast<std::size_t>(segment.numel);
+    }
+    by_key.push_back(std::move(values));
+  }
+  // Checks names and sizes against the run's optimizer (naming the file) and sets its step count.
+  Strategy::restore_state(std::move(state), optimizer_steps, optimizer, path);
+  // The servers hold what the constructor put there; worker 0 replaces it before anyone pushes.
+  if (context_.rank == 0) {
+    client_.put(all, store.params());
+    client_.set_state(all, by_key, optimizer_steps);
+  }
+  required_communicator(context_, "parameter-server training").barrier();
+  pull_first_ = ticketed();
 }
 
 std::vector<std::string> ParameterServerWorker::describe() const {

@@ -7,7 +7,12 @@
 // async / ssp: batches are tickets (ticket_plan.h); the workers never wait for each other, so
 // worker 0 alone evaluates, on what the servers hold at that moment (its time counts as training
 // time: the others train on meanwhile).
-// No checkpoints: the optimizer state lives on the servers (ps_run.h refuses --resume).
+// Checkpoints: the parameters and the optimizer state live on the servers; at a checkpoint worker 0
+// gathers both from them (ps::Client::get_state) in the one-worker layout, so a checkpoint does not
+// depend on the number of servers or workers that wrote it, and on resume worker 0 puts them back,
+// each server taking its key range. The worker's own optimizer (which updates nothing) counts the
+// servers' updates, so a checkpoint's optimizer_steps is theirs. bsp resumes bitwise; async and ssp
+// resume from a snapshot taken while other workers may still push (docs/PS.md, "Checkpoints").
 #pragma once
 
 #include <vector>
@@ -28,7 +33,14 @@ class ParameterServerWorker final : public Strategy {
   bool collective() const override { return !ticketed(); }
   StepResult step(const StepInput& input, optim::Optimizer& optimizer) override;
   void before_evaluation() override;
-  bool keeps_checkpoints() const override { return false; }
+  std::vector<optim::StateTensor> checkpoint_state(const optim::Optimizer& optimizer) override;
+  // One worker's layout whatever the servers and workers: any count resumes it (bsp: the same
+  // global batches; async / ssp: the tickets of the remaining epochs, cut for the new count).
+  bool reshards_checkpoints() const override { return true; }
+  // async / ssp: a position inside an epoch is worker 0's alone (the others hold other tickets).
+  bool checkpoints_mid_epoch() const override { return !ticketed(); }
+  void restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
+                     optim::Optimizer& optimizer, const std::string& path) override;
   std::vector<std::string> describe() const override;
   void finish(bool writer) override;
   nlohmann::json summary(const RunTotalsView& totals) override;
@@ -38,6 +50,9 @@ class ParameterServerWorker final : public Strategy {
 
   ps::Client& client_;
   std::int64_t dropped_steps_ = 0;  // bsp with backup workers: this worker's late gradients
+  // async / ssp after a resume: pull at the first step, so that the servers see this worker's
+  // clock and the staleness basis is the resumed run's.
+  bool pull_first_ = false;
   std::vector<ps::ServerStats> server_stats_;  // worker 0, after finish()
 };
 

@@ -48,12 +48,6 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
         servers, colocate ? "cannot each live on a worker among" : "leaves no workers among",
         comm.size()));
   }
-  if (options.resume) {
-    throw ConfigError(fmt::format(
-        "--resume {}: a parameter-server run keeps no checkpoints (the optimizer state lives on "
-        "the servers); start a new run with --config {}/resolved.toml",
-        options.run_dir, options.run_dir));
-  }
   const bool is_worker = colocate || comm.rank() < workers;
   // The server this rank hosts (-1: none): ranks W .. R-1, or colocated workers 0 .. S-1.
   const int server_index = colocate ? (comm.rank() < servers ? comm.rank() : -1)

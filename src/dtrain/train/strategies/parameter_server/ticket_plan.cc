@@ -28,8 +28,9 @@ TicketPlan::TicketPlan(const Config& config, int workers, std::int64_t train_sam
 void TicketPlan::begin_epoch(std::int64_t epoch, std::int64_t /*position*/) { epoch_ = epoch; }
 
 std::optional<data::Share> TicketPlan::next() {
-  // Tickets count over the whole run; one of the next epoch waits for the next epoch.
-  if (pending_ < 0 && !exhausted_) pending_ = client_.next_ticket();
+  // Tickets count over the whole run; one of the next epoch waits for the next epoch. None of an
+  // earlier epoch: a run resumed at epoch e starts at e's first ticket.
+  if (pending_ < 0 && !exhausted_) pending_ = client_.next_ticket(epoch_ * tickets_per_epoch_);
   if (pending_ < 0) {
     exhausted_ = true;
     return std::nullopt;

@@ -66,6 +66,7 @@ class Pipeline final : public Strategy {
   StepResult step(const StepInput& input, optim::Optimizer& optimizer) override;
   void before_evaluation() override;
   std::vector<optim::StateTensor> checkpoint_state(const optim::Optimizer& optimizer) override;
+  bool reshards_checkpoints() const override { return true; }
   void restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
                      optim::Optimizer& optimizer, const std::string& path) override;
   std::vector<std::string> describe() const override;

@@ -1,0 +1,26 @@
+// A graceful stop asked for by a signal: SIGTERM (what Slurm, Kubernetes and most schedulers send
+// before they kill a preempted job) or SIGINT (Ctrl-C).
+//
+// install_stop_handlers() makes the first such signal only raise a flag, which the training loop
+// reads at its step boundaries (the ranks agree on it in one small collective, so that all of them
+// stop after the same step): it saves a checkpoint and ends with exit status 128 + the signal, as
+// a shell reports a process killed by it. The handler then restores the default action, so a
+// second signal ends the process at once (a user who presses Ctrl-C twice is not kept waiting).
+// The handler is async-signal-safe: it stores to a lock-free atomic and calls signal().
+#pragma once
+
+namespace dtrain {
+
+// Installs the handlers for SIGTERM and SIGINT; idempotent.
+void install_stop_handlers();
+
+// The signal that asked for a stop (SIGTERM, SIGINT), or 0.
+int stop_requested();
+
+// For tests: pretend `signal` arrived (0 clears the request).
+void set_stop_request_for_test(int signal);
+
+// "SIGTERM", "SIGINT" or "signal N".
+const char* stop_signal_name(int signal);
+
+}  // namespace dtrain

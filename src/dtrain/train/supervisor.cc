@@ -1,0 +1,227 @@
+#include "dtrain/train/supervisor.h"
+
+#include <fmt/format.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "dtrain/base/error.h"
+#include "dtrain/base/log.h"
+#include "dtrain/base/stop_request.h"
+#include "dtrain/base/timer.h"
+#include "dtrain/train/checkpoint_dir.h"
+
+extern char** environ;
+
+namespace dtrain::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kMaxBackoffSeconds = 30.0;
+constexpr auto kPoll = std::chrono::milliseconds(50);
+
+std::string now_iso8601() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+// Starts `argv` with the supervisor's environment plus DTRAIN_ERROR_FILE; returns its pid.
+pid_t start_child(const std::vector<std::string>& argv, const std::string& error_file) {
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "DTRAIN_ERROR_FILE=", 18) != 0) env_strings.emplace_back(*e);
+  }
+  env_strings.push_back("DTRAIN_ERROR_FILE=" + error_file);
+  std::vector<char*> env;
+  for (std::string& e : env_strings) env.push_back(e.data());
+  env.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), env.data());
+  if (rc != 0) {
+    throw Error(fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
+  }
+  return pid;
+}
+
+// Waits for `pid`, passing on the first SIGTERM / SIGINT the supervisor receives; returns the
+// wait status and sets `forwarded` to the signal passed on (0: none).
+int wait_child(pid_t pid, int& forwarded) {
+  forwarded = 0;
+  for (;;) {
+    int status = 0;
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) return status;
+    if (done < 0 && errno != EINTR) {
+      throw InternalError(fmt::format("waitpid({}) failed: {}", pid, std::strerror(errno)));
+    }
+    if (forwarded == 0 && stop_requested() != 0) {
+      forwarded = stop_requested();
+      kill(pid, forwarded);
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
+}
+
+// The last line of `path` that starts with "error:", or "".
+std::string last_error_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::string last;
+  while (std::getline(in, line)) {
+    if (line.rfind("error:", 0) == 0) last = line;
+  }
+  return last;
+}
+
+// The largest "step" of metrics.jsonl's records, or -1.
+std::int64_t last_logged_step(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::int64_t last = -1;
+  while (std::getline(in, line)) {
+    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!record.is_discarded() && record.contains("step") && record["step"].is_number_integer()) {
+      last = std::max(last, record["step"].get<std::int64_t>());
+    }
+  }
+  return last;
+}
+
+// The exit status the supervisor ends with for a child that ended with `status`.
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 3;
+}
+
+}  // namespace
+
+std::string describe_wait_status(int status) {
+  if (WIFEXITED(status)) return fmt::format("exit status {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int signal = WTERMSIG(status);
+    const char* name = sigabbrev_np(signal);
+    return fmt::format("killed by signal {} (SIG{})", signal, name != nullptr ? name : "?");
+  }
+  return fmt::format("wait status {}", status);
+}
+
+bool restartable(int status) {
+  if (WIFSIGNALED(status)) {
+    // A stop the child was asked for ends supervision; any other signal is a death to mend.
+    return WTERMSIG(status) != SIGTERM && WTERMSIG(status) != SIGINT;
+  }
+  if (!WIFEXITED(status)) return false;
+  const int code = WEXITSTATUS(status);
+  return !(code == 0 || code == 1 || code == 2 || code == 128 + SIGTERM || code == 128 + SIGINT);
+}
+
+int rank_named_in(const std::string& error_line) {
+  for (const std::string_view key : {"process ", "rank "}) {
+    std::size_t at = 0;
+    while ((at = error_line.find(key, at)) != std::string::npos) {
+      at += key.size();
+      std::size_t end = at;
+      while (end < error_line.size() && std::isdigit(static_cast<unsigned char>(error_line[end]))) {
+        ++end;
+      }
+      if (end > at) return std::stoi(error_line.substr(at, end - at));
+    }
+  }
+  return -1;
+}
+
+int supervise(const SupervisorOptions& options) {
+  install_stop_handlers();
+  std::error_code ec;
+  fs::create_directories(options.run_dir, ec);
+  const std::string error_file = (fs::path(options.run_dir) / ".child-errors").string();
+  const std::string log_path = (fs::path(options.run_dir) / "restarts.jsonl").string();
+  std::vector<std::string> command = options.first_command;
+  for (int restart = 0;; ++restart) {
+    fs::remove(error_file, ec);
+    Stopwatch attempt;
+    const pid_t pid = start_child(command, error_file);
+    int forwarded = 0;
+    const int status = wait_child(pid, forwarded);
+    const double ran = attempt.seconds();
+    if (forwarded != 0 || !restartable(status)) return exit_code_of(status);
+    const std::string cause_line = last_error_line(error_file);
+    const std::string how = describe_wait_status(status);
+    if (restart >= options.max_restarts) {
+      log::warn("supervisor: the run ended with {} and all {} restarts are spent; giving up ({})",
+                how, options.max_restarts, log_path);
+      return exit_code_of(status);
+    }
+    const int failed_rank = rank_named_in(cause_line);
+    const double backoff =
+        std::min(kMaxBackoffSeconds, options.backoff_seconds * (1 << std::min(restart, 10)));
+    nlohmann::json record = {{"restart", restart + 1},
+                             {"at", now_iso8601()},
+                             {"attempt_seconds", ran},
+                             {"ended", how},
+                             {"cause", cause_line.empty() ? how : cause_line},
+                             {"rank", failed_rank >= 0 ? nlohmann::json(failed_rank) : nullptr},
+                             {"backoff_seconds", backoff}};
+    const std::int64_t logged =
+        last_logged_step((fs::path(options.run_dir) / "metrics.jsonl").string());
+    record["last_logged_step"] = logged;
+    try {
+      CheckpointDir dir((fs::path(options.run_dir) / "checkpoints").string(), 0);
+      if (dir.has_any()) {
+        const VerifiedCheckpoint good = dir.newest_good();
+        record["checkpoint"] = good.path;
+        record["checkpoint_step"] = good.checkpoint.global_step;
+        record["steps_lost_at_least"] =
+            std::max<std::int64_t>(0, logged - good.checkpoint.global_step);
+      } else {
+        record["checkpoint"] = nullptr;
+        record["steps_lost_at_least"] = std::max<std::int64_t>(0, logged);
+      }
+    } catch (const CheckpointError& e) {
+      record["checkpoint"] = nullptr;
+      record["checkpoint_error"] = e.what();
+    }
+    command = options.restart_command(restart + 1, failed_rank);
+    record["command"] = command;
+    {
+      std::ofstream out(log_path, std::ios::app);
+      out << record.dump() << "\n";
+      if (!out) log::warn("supervisor: cannot append to {}; restarting anyway", log_path);
+    }
+    log::warn(
+        "supervisor: the run ended with {}{}; restart {} of {} in {:.1f} s from {} (logged in {})",
+        how, cause_line.empty() ? "" : ": " + cause_line.substr(7), restart + 1,
+        options.max_restarts, backoff,
+        record["checkpoint"].is_string() ? record["checkpoint"].get<std::string>()
+                                         : std::string("the beginning"),
+        log_path);
+    Stopwatch waited;
+    while (waited.seconds() < backoff) {
+      if (stop_requested() != 0) return 128 + stop_requested();
+      std::this_thread::sleep_for(kPoll);
+    }
+  }
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,51 @@
+// Restarts a training run without a person: runs `dtrain train` as a child process (itself, or
+// `mpirun ... dtrain train` for a job of processes), and when the child dies or fails in a way a
+// restart can mend, starts it again from the newest checkpoint that verifies, up to max_restarts
+// times, with an exponential back-off. torchrun's elastic agent does the same for PyTorch: it
+// restarts every worker of the job, as this does (one process, or the whole mpirun job).
+//
+//   child ends with                                   supervisor
+//   status 0                                          done: exits 0
+//   status 1 or 2 (bad command line, bad input)       exits with it: a restart would fail alike
+//   128 + SIGTERM / SIGINT (a stop that was asked)     exits with it: the stop was wanted
+//   a signal (kill -9, OOM killer), status 3 or 4     restarts (internal error; a rank failed or
+//     (a rank failed / a deadline fired), any other     a deadline fired) after the back-off
+//     status (mpirun's own)
+//
+// Each restart is a line of <run_dir>/restarts.jsonl: when, the cause (the child's last `error:`
+// line, written to DTRAIN_ERROR_FILE by the dtrain main, or the signal), the rank the cause names,
+// the checkpoint resumed from and its step, the last step metrics.jsonl logged, the steps lost (at
+// least: steps between log records are not counted), the back-off. A SIGTERM or SIGINT sent to
+// the supervisor is passed to the child (which checkpoints and stops) and ends supervision.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dtrain::train {
+
+struct SupervisorOptions {
+  std::vector<std::string> first_command;  // argv of the first attempt
+  // argv of restart k (1, 2, ...), given the number of ranks its cause named (-1: none): the
+  // command resumes the run; it may shrink the job (elastic membership).
+  std::function<std::vector<std::string>(int restart, int failed_rank)> restart_command;
+  std::string run_dir;  // holds restarts.jsonl, metrics.jsonl and checkpoints/
+  int max_restarts = 0;
+  double backoff_seconds = 1.0;  // before restart k: backoff x 2^(k-1), at most 30 s
+};
+
+// Runs the child until it succeeds, fails for good or max_restarts are spent; returns the exit
+// status for the supervisor to exit with.
+int supervise(const SupervisorOptions& options);
+
+// How a child ended, as waitpid's status says it: "exit status 4", "killed by signal 9 (SIGKILL)".
+std::string describe_wait_status(int status);
+
+// Whether a child that ended with wait status `status` is restarted (the table above).
+bool restartable(int status);
+
+// The rank an error line names ("rank 1: ...", "error: process 1 of 2: ..."), or -1.
+int rank_named_in(const std::string& error_line);
+
+}  // namespace dtrain::train

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# End-to-end faults (docs/FAULTS.md): kill -9 at random moments of a supervised run
+# (`dtrain train --max-restarts`, 2 ranks as threads, and 2 processes under mpirun) ends with the
+# parameters of the uninterrupted run, bit for bit; SIGTERM checkpoints and exits 143, and --resume
+# finishes the run bitwise; a checkpoint of 2 ranks resumes on 1 (resharded, said in the banner);
+# a run killed before its first checkpoint resumes from the beginning; bad input is not restarted.
+# Usage: bash faults_restart_e2e_test.sh /path/to/dtrain   (ctest: apps.faults_restart_e2e_test)
+set -euo pipefail
+DTRAIN=$(realpath "$1")
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TMP=$(mktemp -d)
+trap 'pkill -9 -f "$TMP" 2> /dev/null || true; rm -rf "$TMP"' EXIT
+cd "$ROOT"
+source "$ROOT/tests/apps/e2e_helpers.sh"  # fail, expect_error
+
+# About 3 s on 2 cores: 3 epochs of 235 steps, a checkpoint every 20 steps.
+BASE=(--config examples/fashion_mlp.toml --set data.limit_train=30000
+     --set data.limit_test=1000 --set train.checkpoint_every_steps=20 --quiet)
+RUN=("${BASE[@]}" --epochs 3)
+
+# The parameters of a checkpoint file (checkpoint.h's layout), as bytes, for bitwise comparison.
+same_params() {
+  python3 - "$1" "$2" <<'PY'
+import struct, sys
+def params(path):
+    b = open(path, "rb").read()
+    at = 24 + 48
+    def u32():
+        global_at[0] += 4; return struct.unpack_from("<I", b, global_at[0] - 4)[0]
+    def i64():
+        global_at[0] += 8; return struct.unpack_from("<q", b, global_at[0] - 8)[0]
+    def skip_str():
+        n = u32(); global_at[0] += n
+    global_at = [at]
+    for _ in range(u32()):           # scalars
+        skip_str(); global_at[0] += 8
+    for _ in range(2):               # parameter and buffer tables
+        for _ in range(u32()):
+            skip_str(); nd = u32(); global_at[0] += 8 * nd + 8 + 8 + 1
+    n = i64()
+    return b[global_at[0]:global_at[0] + 4 * n]
+a, b = params(sys.argv[1]), params(sys.argv[2])
+assert len(a) > 1000 and a == b, f"{sys.argv[1]} and {sys.argv[2]} hold different parameters"
+PY
+}
+
+"$DTRAIN" train "${RUN[@]}" --workers 2 --out "$TMP/ref"
+
+# kill -9 the training process 3 times at random moments; the supervisor restarts it each time.
+supervised_kills() {
+  local out=$1; shift
+  "$DTRAIN" train "${RUN[@]}" --out "$out" --max-restarts 5 --restart-backoff 0.1 "$@" \
+    2> "$TMP/supervisor.err" &
+  local supervisor=$! kills=0
+  for delay in $(python3 -c "import random; print(*[round(random.uniform(0.6, 1.6), 2) for _ in range(3)])"); do
+    sleep "$delay"
+    # The newest dtrain training process of this run (not the supervisor, not mpirun).
+    local victim="" candidate
+    for candidate in $(pgrep -f -- "$out" || true); do
+      [[ $candidate != "$supervisor" && $(cat "/proc/$candidate/comm" 2> /dev/null) == dtrain ]] &&
+        victim=$candidate
+    done
+    [[ -n "$victim" && -f "$out/checkpoints/latest" ]] || continue
+    kill -9 "$victim" 2> /dev/null && kills=$((kills + 1)) || true
+  done
+  wait "$supervisor" || { cat "$TMP/supervisor.err" >&2; fail "the supervised run failed"; }
+  [[ -f "$out/restarts.jsonl" ]] || fail "no restarts.jsonl after $kills kills"
+  echo "ok: $(wc -l < "$out/restarts.jsonl") restart(s) after $kills kill(s) in $out"
+  same_params "$TMP/ref/checkpoints/epoch-3.ckpt" "$out/checkpoints/epoch-3.ckpt" ||
+    fail "the restarted run ($*) ends with other parameters than the uninterrupted one"
+}
+supervised_kills "$TMP/threads" --workers 2
+python3 - "$TMP/threads/restarts.jsonl" <<'PY' || fail "restarts.jsonl lacks a field"
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    assert r["ended"].startswith("killed by signal 9"), r
+    for key in ("at", "cause", "checkpoint", "checkpoint_step", "steps_lost_at_least", "command"):
+        assert key in r, (key, r)
+PY
+echo "ok: kill -9 under the supervisor (2 thread ranks): bitwise equal to the uninterrupted run"
+
+if command -v mpirun > /dev/null; then
+  supervised_kills "$TMP/mpi" --mpirun "--oversubscribe --allow-run-as-root -np 2"
+  echo "ok: kill -9 of one of 2 mpirun processes: the job restarts and ends bitwise equal"
+fi
+
+# SIGTERM: a checkpoint after the current step, exit 143; --resume finishes the run bitwise.
+"$DTRAIN" train "${RUN[@]}" --workers 2 --out "$TMP/term" 2> "$TMP/term.err" &
+pid=$!
+sleep 1
+kill -TERM "$pid"
+set +e; wait "$pid"; rc=$?; set -e
+[[ $rc -eq 143 ]] || { cat "$TMP/term.err" >&2; fail "SIGTERM: expected exit 143, got $rc"; }
+grep -q "stopped by SIGTERM after step .*checkpoint.*--resume" "$TMP/term.err" ||
+  { cat "$TMP/term.err" >&2; fail "SIGTERM: no stop message"; }
+"$DTRAIN" train --resume "$TMP/term" --quiet
+same_params "$TMP/ref/checkpoints/epoch-3.ckpt" "$TMP/term/checkpoints/epoch-3.ckpt" ||
+  fail "SIGTERM + --resume ends with other parameters"
+echo "ok: SIGTERM checkpoints and exits 143; --resume ends bitwise equal"
+
+# Another number of ranks: a 2-rank checkpoint resumes on 1, resharded and said so, and follows
+# the 1-rank run. A short run (2 x 24 steps): over hundreds of steps at lr 0.1 the rounding of a
+# sum over 2 ranks against 1 grows to 1% of the loss for uninterrupted runs as well.
+SHORT=(--config examples/fashion_mlp.toml --set data.limit_train=3000 --set data.limit_test=500)
+"$DTRAIN" train "${SHORT[@]}" --epochs 2 --quiet --out "$TMP/ref1"
+"$DTRAIN" train "${SHORT[@]}" --epochs 1 --quiet --workers 2 --out "$TMP/reshard"
+"$DTRAIN" train --resume "$TMP/reshard" --epochs 2 --workers 1 2> "$TMP/reshard.err"
+grep -q "resharded: the checkpoint was written by 2 ranks, this run has 1" "$TMP/reshard.err" ||
+  { cat "$TMP/reshard.err" >&2; fail "no resharding line in the banner"; }
+python3 - "$TMP/ref1/summary.json" "$TMP/reshard/summary.json" <<'PY' || fail "2 -> 1 ranks diverged"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert abs(a["final_train_loss"] / b["final_train_loss"] - 1) < 1e-6, (a["final_train_loss"], b["final_train_loss"])
+PY
+echo "ok: a checkpoint of 2 ranks resumes on 1 and follows the 1-rank run"
+
+# Killed before its first checkpoint: --resume trains it from the beginning.
+mkdir -p "$TMP/early"
+"$DTRAIN" train "${RUN[@]}" --out "$TMP/early" --set train.checkpoint_every_steps=0 \
+  --set train.checkpoint_every=0 &
+pid=$!
+sleep 1.5
+kill -9 "$pid"; wait "$pid" 2> /dev/null || true
+if [[ -f "$TMP/early/resolved.toml" && ! -d "$TMP/early/checkpoints" ]]; then
+  "$DTRAIN" train --resume "$TMP/early" --quiet 2> "$TMP/early.err"
+  grep -q "holds no checkpoint yet" "$TMP/early.err" || fail "no 'holds no checkpoint yet' line"
+  [[ -f "$TMP/early/summary.json" ]] || fail "the restarted run did not finish"
+  echo "ok: a run killed before its first checkpoint resumes from the beginning"
+else
+  echo "skipped: the run was not between its banner and its first checkpoint after 1.5 s"
+fi
+
+# Bad input is not restarted: the child's exit 2 is the supervisor's, and nothing is retried.
+set +e
+"$DTRAIN" train "${RUN[@]}" --set data.path=/nonexistent --out "$TMP/bad" --max-restarts 3 \
+  2> "$TMP/bad.err"
+rc=$?
+set -e
+[[ $rc -eq 2 ]] || { cat "$TMP/bad.err" >&2; fail "bad input under the supervisor: exit $rc"; }
+[[ ! -f "$TMP/bad/restarts.jsonl" ]] || fail "bad input was restarted"
+echo "ok: bad input under the supervisor exits 2 without restarts"

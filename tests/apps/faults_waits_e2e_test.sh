@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Nothing waits without saying so (issue 22): a rank frozen in a long sleep (an injected straggler
+# of 600 s) under a 2-s deadline ends the run with the error naming it within a few seconds of the
+# deadline, for ranks that are threads (data parallel, parameter servers bsp and async); a process
+# of an mpirun job that never starts is named by the start-up watchdog at the deadline.
+# Usage: bash faults_waits_e2e_test.sh /path/to/dtrain     (run by ctest as apps.faults_waits_e2e_test)
+set -uo pipefail
+DTRAIN=$(realpath "$1")
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+cd "$ROOT"
+failures=0
+
+quick=examples/synthetic_quick.toml
+frozen=(--workers 2 --straggler rank=1,delay_ms=600000 --epochs 1
+        --set parallel.comm_timeout_seconds=2 --set parallel.stall_warning_seconds=1)
+
+# run_case NAME LIMIT_S ARGS...: runs dtrain ARGS (killed at 60 s); sets rc, seconds, err.
+run_case() {
+  local name=$1
+  shift
+  local start end
+  start=$(date +%s.%N)
+  timeout 60 "$@" > "$TMP/$name.out" 2> "$TMP/$name.err"
+  rc=$?
+  end=$(date +%s.%N)
+  seconds=$(echo "$end - $start" | bc)
+  err=$(cat "$TMP/$name.err")
+}
+
+# check NAME CONDITION MESSAGE
+check() {
+  if eval "$2"; then
+    echo "ok $1: $3"
+  else
+    echo "FAIL $1: $3 (exit $rc after ${seconds} s)"
+    cat "$TMP/$1.err"
+    failures=$((failures + 1))
+  fi
+}
+
+# Data parallel: rank 0's deadline (3/4 of 2 s for the header check) names rank 1; the stall
+# warning comes first; the straggler's sleep does not hold the error.
+run_case dp "$DTRAIN" train --config "$quick" --out "$TMP/dp" "${frozen[@]}"
+check dp '[[ $rc -eq 2 ]]' "exit 2"
+check dp '(( $(echo "$seconds < 9" | bc) ))' "ends within the deadline + 7 s (${seconds} s)"
+check dp 'grep -q "^error: rank 0: .*missing rank(s): 1" "$TMP/dp.err"' "the error names rank 1"
+check dp 'grep -q "stall: .*rank(s) 1 have not arrived after 1 s" "$TMP/dp.err"' "a stall warning first"
+
+# Parameter servers, bsp: the server's step deadline names the worker.
+run_case ps_bsp "$DTRAIN" train --config "$quick" --out "$TMP/ps_bsp" --strategy parameter_server \
+  "${frozen[@]}"
+check ps_bsp '[[ $rc -eq 2 ]]' "exit 2"
+check ps_bsp '(( $(echo "$seconds < 9" | bc) ))' "ends within the deadline + 7 s (${seconds} s)"
+check ps_bsp 'grep -q "^error: .*bsp step 0 waited .* worker(s) 1 (rank 1)" "$TMP/ps_bsp.err"' \
+  "the error names worker 1"
+
+# Parameter servers, async: the server counts the frozen worker as dead and the others finish;
+# the process then ends (it used to wait for the straggler's 600 s), naming the worker.
+run_case ps_async "$DTRAIN" train --config "$quick" --out "$TMP/ps_async" \
+  --strategy parameter_server --consistency async "${frozen[@]}"
+check ps_async '[[ $rc -ne 124 ]]' "the process ends"
+check ps_async '(( $(echo "$seconds < 20" | bc) ))' "within 20 s (${seconds} s)"
+check ps_async 'grep -q "worker 1 (rank 1) silent for .* counted as dead" "$TMP/ps_async.err"' \
+  "the server names the dead worker"
+check ps_async '[[ -f "$TMP/ps_async/summary.json" ]]' "the others' run completes (summary.json)"
+
+# mpirun: the second process of the job never starts (it runs `sleep`); the first one's start-up
+# watchdog names itself and what is missing at the deadline, and the job ends non-zero.
+if command -v mpirun > /dev/null; then
+  MPIRUN=(mpirun --oversubscribe)
+  [[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
+  DTRAIN_COMM_TIMEOUT_MS=2000 run_case mpi_start "${MPIRUN[@]}" -x DTRAIN_COMM_TIMEOUT_MS -np 1 \
+    "$DTRAIN" train --config "$quick" --out "$TMP/mpi" --epochs 1 : -np 1 sleep 30
+  check mpi_start '[[ $rc -ne 0 && $rc -ne 124 ]]' "non-zero exit"
+  check mpi_start '(( $(echo "$seconds < 15" | bc) ))' "ends within the deadline + 13 s (${seconds} s)"
+  check mpi_start \
+    'grep -q "^error: process 0 of 2 (host .*MPI_Init has not returned after 2 s: the 1 other process(es) of the job have not all started" "$TMP/mpi_start.err"' \
+    "the watchdog names the process and what is missing"
+else
+  echo "skip mpi_start: no mpirun"
+fi
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "all cases passed"

@@ -46,22 +46,30 @@ PY
 
 "$DTRAIN" train "${RUN[@]}" --workers 2 --out "$TMP/ref"
 
-# kill -9 the training process 3 times at random moments; the supervisor restarts it each time.
+# kill -9 the training process at 3 random moments (when its newest checkpoint has passed 3
+# random steps: moments tied to progress, not to this machine's speed); the supervisor restarts it.
 supervised_kills() {
   local out=$1; shift
   "$DTRAIN" train "${RUN[@]}" --out "$out" --max-restarts 5 --restart-backoff 0.1 "$@" \
     2> "$TMP/supervisor.err" &
-  local supervisor=$! kills=0
-  for delay in $(python3 -c "import random; print(*[round(random.uniform(0.6, 1.6), 2) for _ in range(3)])"); do
-    sleep "$delay"
+  local supervisor=$! kills=0 target
+  for target in $(python3 -c "import random; print(*sorted(random.sample(range(40, 640), 3)))"); do
+    while kill -0 "$supervisor" 2> /dev/null; do
+      local latest step
+      latest=$(cat "$out/checkpoints/latest" 2> /dev/null || true)
+      step=$(sed -n 's/^epoch-[0-9]*-step-\([0-9]*\)\.ckpt$/\1/p' <<< "$latest")
+      [[ -n "$step" && $step -ge $target ]] && break
+      sleep 0.02
+    done
     # The newest dtrain training process of this run (not the supervisor, not mpirun).
     local victim="" candidate
     for candidate in $(pgrep -f -- "$out" || true); do
       [[ $candidate != "$supervisor" && $(cat "/proc/$candidate/comm" 2> /dev/null) == dtrain ]] &&
         victim=$candidate
     done
-    [[ -n "$victim" && -f "$out/checkpoints/latest" ]] || continue
+    [[ -n "$victim" ]] || continue
     kill -9 "$victim" 2> /dev/null && kills=$((kills + 1)) || true
+    sleep 0.3  # the restart begins before the next target is looked for
   done
   wait "$supervisor" || { cat "$TMP/supervisor.err" >&2; fail "the supervised run failed"; }
   [[ -f "$out/restarts.jsonl" ]] || fail "no restarts.jsonl after $kills kills"
@@ -84,6 +92,23 @@ if command -v mpirun > /dev/null; then
   supervised_kills "$TMP/mpi" --mpirun "--oversubscribe --allow-run-as-root -np 2"
   echo "ok: kill -9 of one of 2 mpirun processes: the job restarts and ends bitwise equal"
 fi
+
+# Elastic: 3 thread ranks, rank 2 fails after step 40 (parallel.inject_fault): the supervisor
+# continues on 2 (--min-workers 2, the checkpoint resharded), then grows back to 3 after 1 s.
+"$DTRAIN" train "${RUN[@]}" --workers 3 --out "$TMP/elastic" --max-restarts 2 --restart-backoff 0.1 \
+  --min-workers 2 --grow-after 1 --set 'parallel.inject_fault="rank=2,step=40"' 2> "$TMP/elastic.err" ||
+  { cat "$TMP/elastic.err" >&2; fail "the elastic run failed"; }
+python3 - "$TMP/elastic" <<'PY' || { cat "$TMP/elastic.err" >&2; fail "elastic: shrink then grow expected"; }
+import json, sys
+log = [json.loads(l) for l in open(sys.argv[1] + "/restarts.jsonl")]
+assert log[0]["rank"] == 2 and "injected fault" in log[0]["cause"], log[0]
+assert log[0]["command"][-3:] == ["--workers", "2", "--quiet"], log[0]["command"]
+assert log[1]["cause"].startswith("grow"), log[1]
+assert log[1]["command"][-3:] == ["--workers", "3", "--quiet"], log[1]["command"]
+s = json.load(open(sys.argv[1] + "/summary.json"))
+assert s["steps"] == 705 and s["final_test_accuracy"] > 0.8, s
+PY
+echo "ok: elastic: 3 ranks, one fails, the run goes on with 2 and grows back to 3"
 
 # SIGTERM: a checkpoint after the current step, exit 143; --resume finishes the run bitwise.
 "$DTRAIN" train "${RUN[@]}" --workers 2 --out "$TMP/term" 2> "$TMP/term.err" &

@@ -48,31 +48,35 @@ class InternalError : public Error {
   using Error::Error;
 };
 
+// Appends `line` (a run's final `error: ...` line) to the file DTRAIN_ERROR_FILE names, when it is
+// set: the supervisor of `dtrain train --max-restarts` (train/supervisor.h) logs it as the cause
+// of a restart. Failures to write are ignored: the line was printed on stderr already.
+void append_to_error_file(const std::string& line);
+
 namespace detail {
 [[noreturn]] void fail_check(const char* file, int line, const std::string& message);
 }  // namespace detail
 
 }  // namespace dtrain
 
-#define DTRAIN_CHECK(cond, ...)                                                             \
-  do {                                                                                      \
-    if (!(cond)) [[unlikely]] {                                                             \
-      ::dtrain::detail::fail_check(__FILE__, __LINE__,                                      \
-                                   std::string("check failed: " #cond ": ") +               \
-                                       ::fmt::format(__VA_ARGS__));                         \
-    }                                                                                       \
+#define DTRAIN_CHECK(cond, ...)                                                   \
+  do {                                                                            \
+    if (!(cond)) [[unlikely]] {                                                   \
+      ::dtrain::detail::fail_check(                                               \
+          __FILE__, __LINE__,                                                     \
+          std::string("check failed: " #cond ": ") + ::fmt::format(__VA_ARGS__)); \
+    }                                                                             \
   } while (0)
 
-#define DTRAIN_CHECK_OP_(a, b, op)                                                          \
-  do {                                                                                      \
-    const auto& dtrain_check_a_ = (a);                                                      \
-    const auto& dtrain_check_b_ = (b);                                                      \
-    if (!(dtrain_check_a_ op dtrain_check_b_)) [[unlikely]] {                               \
-      ::dtrain::detail::fail_check(                                                         \
-          __FILE__, __LINE__,                                                               \
-          ::fmt::format("check failed: {} " #op " {} ({} vs {})", #a, #b, dtrain_check_a_,  \
-                        dtrain_check_b_));                                                  \
-    }                                                                                       \
+#define DTRAIN_CHECK_OP_(a, b, op)                                                                 \
+  do {                                                                                             \
+    const auto& dtrain_check_a_ = (a);                                                             \
+    const auto& dtrain_check_b_ = (b);                                                             \
+    if (!(dtrain_check_a_ op dtrain_check_b_)) [[unlikely]] {                                      \
+      ::dtrain::detail::fail_check(__FILE__, __LINE__,                                             \
+                                   ::fmt::format("check failed: {} " #op " {} ({} vs {})", #a, #b, \
+                                                 dtrain_check_a_, dtrain_check_b_));               \
+    }                                                                                              \
   } while (0)
 
 #define DTRAIN_CHECK_EQ(a, b) DTRAIN_CHECK_OP_(a, b, ==)

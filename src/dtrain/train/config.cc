@@ -22,6 +22,7 @@
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/compress/codec_spec.h"
 #include "dtrain/data/load.h"
+#include "dtrain/train/fault_injection.h"
 #include "dtrain/train/straggler.h"
 #include "dtrain/train/strategy_registry.h"
 
@@ -334,6 +335,9 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "straggler", &p.straggler,
        "injected slowness: rank=R,slowdown=S, rank=R,delay_ms=D or random=exp|pareto,mean_ms=M "
        "(\"\" = none)"},
+      {"parallel", "inject_fault", &p.inject_fault,
+       "experiments, fault tests: rank=R,step=S makes rank R fail after global step S, once "
+       "(a thread rank throws, an mpirun process kills itself; docs/FAULTS.md); \"\" = none"},
 
       {"data_parallel",
        "bucket_bytes",
@@ -1133,6 +1137,12 @@ void validate_impl(const Config& config, const Provenance& provenance,
         where("optim.name"), key("data_parallel.zero_stage"), dp.zero_stage));
   }
   validate_robust(config, where);
+  try {
+    parse_fault(config.parallel.inject_fault);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("config key 'parallel.inject_fault' in {}: {}",
+                                  where("parallel.inject_fault"), e.what()));
+  }
   try {
     parse_straggler(config.parallel.straggler);
   } catch (const ConfigError& e) {

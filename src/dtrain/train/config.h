@@ -139,6 +139,7 @@ struct ParallelSection {
   double comm_timeout_seconds = 0.0;    // deadline of every wait; 0 = DTRAIN_COMM_TIMEOUT_MS or 60
   std::int64_t trace_steps = 50;        // steps recorded in trace.json; 0 = no trace
   std::string straggler;                // injected slowness (train/straggler.h); "" = none
+  std::string inject_fault;             // an injected failure (train/fault_injection.h); "" = none
   bool check_headers = true;            // per-bucket argument check across ranks
   bool operator==(const ParallelSection&) const = default;
 };

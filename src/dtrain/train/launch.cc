@@ -13,6 +13,7 @@
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
 #include "dtrain/base/thread_pool.h"
+#include "dtrain/comm/comm_error.h"
 #include "dtrain/comm/spawn_process_ranks.h"
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/comm/transport/mpi/world.h"
@@ -84,9 +85,9 @@ RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
     auto data = std::make_shared<const RunData>(load_run_data(config.data));
     // This process's replicas, before any is built (memory_budget.h).
     const int workers = static_cast<int>(config.parallel.workers);
-    check_memory_budget(config, model_spec(config.model, data->train.sample_shape(),
-                                           data->train.num_classes),
-                        workers, workers * comm::mpi_world_size(), run_data_bytes(*data));
+    check_memory_budget(
+        config, model_spec(config.model, data->train.sample_shape(), data->train.num_classes),
+        workers, workers * comm::mpi_world_size(), run_data_bytes(*data));
     comm::spawn_process_ranks(
         static_cast<int>(config.parallel.workers),
         [&](comm::Communicator& comm) {
@@ -96,10 +97,17 @@ RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
   } catch (const std::exception& e) {
     std::string message = e.what();
     for (char& ch : message) ch = ch == '\n' ? ' ' : ch;
-    fmt::print(stderr, "error: process {} of {}: {}\n", comm::mpi_world_rank(),
-               comm::mpi_world_size(), message);
+    const std::string line = fmt::format("error: process {} of {}: {}", comm::mpi_world_rank(),
+                                         comm::mpi_world_size(), message);
+    fmt::print(stderr, "{}\n", line);
+    append_to_error_file(line);
     std::fflush(stderr);
-    comm::mpi_abort(dynamic_cast<const InternalError*>(&e) != nullptr ? 3 : 2);
+    // The exit codes of the dtrain main: 4 for a failed rank or a deadline (a supervisor
+    // restarts those), 3 internal, 2 bad input.
+    const int code = dynamic_cast<const comm::CommError*>(&e) != nullptr ? 4
+                     : dynamic_cast<const InternalError*>(&e) != nullptr ? 3
+                                                                         : 2;
+    comm::mpi_abort(code);
   }
   return summary;
 }
@@ -107,6 +115,9 @@ RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
 }  // namespace
 
 RunSummary run_training(const Config& config, const TrainerOptions& options) {
+  // The start-up watchdog of MPI_Init (initialised by the first mpi_world_rank() below) waits as
+  // long as every other wait of the run.
+  if (comm::launched_by_mpirun()) comm::set_mpi_start_timeout(comm_options(config).timeout);
   if (!comm::launched_by_mpirun() || comm::mpi_world_rank() == 0) {
     for (const std::string& ignored : ignored_settings(config)) log::warn("{}", ignored);
   }
@@ -123,10 +134,10 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
   auto data = std::make_shared<const RunData>(load_run_data(config.data));
   // Every replica of this process at once, before any is built (memory_budget.h); parameter
   // servers together hold one more copy, not one per server.
-  check_memory_budget(
-      config, model_spec(config.model, data->train.sample_shape(), data->train.num_classes),
-      std::min(workers, static_cast<int>(config.parallel.workers) + 1), workers,
-      run_data_bytes(*data));
+  check_memory_budget(config,
+                      model_spec(config.model, data->train.sample_shape(), data->train.num_classes),
+                      std::min(workers, static_cast<int>(config.parallel.workers) + 1), workers,
+                      run_data_bytes(*data));
   RunSummary summary;
   std::mutex summary_mutex;
   comm::spawn_ranks(

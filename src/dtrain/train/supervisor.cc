@@ -64,10 +64,16 @@ pid_t start_child(const std::vector<std::string>& argv, const std::string& error
 }
 
 // Waits for `pid`, passing on the first SIGTERM / SIGINT the supervisor receives; returns the
-// wait status and sets `forwarded` to the signal passed on (0: none).
-int wait_child(pid_t pid, int& forwarded) {
+// wait status and sets `forwarded` to the signal passed on (0: none). `grow`: when it returns
+// true, the child is asked to stop (SIGTERM) once, and `growing` is set.
+int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, bool& growing) {
   forwarded = 0;
+  growing = false;
   for (;;) {
+    if (!growing && forwarded == 0 && grow && grow()) {
+      growing = true;
+      kill(pid, SIGTERM);
+    }
     int status = 0;
     const pid_t done = waitpid(pid, &status, WNOHANG);
     if (done == pid) return status;
@@ -158,13 +164,39 @@ int supervise(const SupervisorOptions& options) {
   const std::string error_file = (fs::path(options.run_dir) / ".child-errors").string();
   const std::string log_path = (fs::path(options.run_dir) / "restarts.jsonl").string();
   std::vector<std::string> command = options.first_command;
+  int grows = 0;  // restarts that grew the job back, not counted against max_restarts
   for (int restart = 0;; ++restart) {
+    const int launch = restart + grows;  // restarts so far, of either kind
     fs::remove(error_file, ec);
     Stopwatch attempt;
     const pid_t pid = start_child(command, error_file);
     int forwarded = 0;
-    const int status = wait_child(pid, forwarded);
+    bool growing = false;
+    std::function<bool()> grow;
+    if (options.can_grow) {
+      grow = [&] { return attempt.seconds() >= options.grow_after_seconds && options.can_grow(); };
+    }
+    const int status = wait_child(pid, forwarded, grow, growing);
     const double ran = attempt.seconds();
+    if (growing && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      // Stopped by us to take a worker back (dtrain exits 143; mpirun, which passed the signal
+      // on, exits with its own status): not a failure, not counted.
+      command = options.restart_command(launch + 1, kGrowRestart);
+      const nlohmann::json record = {{"restart", launch + 1},
+                                     {"at", now_iso8601()},
+                                     {"attempt_seconds", ran},
+                                     {"ended", "stopped by the supervisor (SIGTERM)"},
+                                     {"cause", "grow: the job runs on fewer workers than it may"},
+                                     {"rank", nullptr},
+                                     {"backoff_seconds", 0.0},
+                                     {"command", command}};
+      std::ofstream(log_path, std::ios::app) << record.dump() << "\n";
+      log::warn("supervisor: growing the job back: restarting it from its checkpoint ({})",
+                log_path);
+      ++grows;
+      --restart;  // a grow does not spend a restart
+      continue;
+    }
     if (forwarded != 0 || !restartable(status)) return exit_code_of(status);
     const std::string cause_line = last_error_line(error_file);
     const std::string how = describe_wait_status(status);
@@ -176,7 +208,7 @@ int supervise(const SupervisorOptions& options) {
     const int failed_rank = rank_named_in(cause_line);
     const double backoff =
         std::min(kMaxBackoffSeconds, options.backoff_seconds * (1 << std::min(restart, 10)));
-    nlohmann::json record = {{"restart", restart + 1},
+    nlohmann::json record = {{"restart", launch + 1},
                              {"at", now_iso8601()},
                              {"attempt_seconds", ran},
                              {"ended", how},
@@ -202,7 +234,7 @@ int supervise(const SupervisorOptions& options) {
       record["checkpoint"] = nullptr;
       record["checkpoint_error"] = e.what();
     }
-    command = options.restart_command(restart + 1, failed_rank);
+    command = options.restart_command(launch + 1, failed_rank);
     record["command"] = command;
     {
       std::ofstream out(log_path, std::ios::app);

@@ -12,6 +12,9 @@
 //     (a rank failed / a deadline fired), any other     a deadline fired) after the back-off
 //     status (mpirun's own)
 //
+// Elastic membership (--min-workers, --max-workers): a restart after a failure may run on fewer
+// workers (the checkpoint is resharded), and a later one grows back (see can_grow).
+//
 // Each restart is a line of <run_dir>/restarts.jsonl: when, the cause (the child's last `error:`
 // line, written to DTRAIN_ERROR_FILE by the dtrain main, or the signal), the rank the cause names,
 // the checkpoint resumed from and its step, the last step metrics.jsonl logged, the steps lost (at
@@ -25,11 +28,21 @@
 
 namespace dtrain::train {
 
+// restart_command's `failed_rank` for a restart that grows the job back (elastic membership).
+inline constexpr int kGrowRestart = -2;
+
 struct SupervisorOptions {
   std::vector<std::string> first_command;  // argv of the first attempt
-  // argv of restart k (1, 2, ...), given the number of ranks its cause named (-1: none): the
-  // command resumes the run; it may shrink the job (elastic membership).
+  // argv of restart k (1, 2, ...), given the rank its cause named (-1: none; kGrowRestart: the
+  // supervisor stopped the child to grow the job): the command resumes the run; it may shrink
+  // or grow the job (elastic membership).
   std::function<std::vector<std::string>(int restart, int failed_rank)> restart_command;
+  // Elastic membership: while can_grow() says the job runs on fewer workers than it may, the
+  // supervisor stops the child after grow_after_seconds of training (SIGTERM: it checkpoints
+  // and exits 143) and restarts it with restart_command(k, kGrowRestart). Such restarts are
+  // logged but do not count against max_restarts. Null: never.
+  std::function<bool()> can_grow;
+  double grow_after_seconds = 30.0;
   std::string run_dir;  // holds restarts.jsonl, metrics.jsonl and checkpoints/
   int max_restarts = 0;
   double backoff_seconds = 1.0;  // before restart k: backoff x 2^(k-1), at most 30 s

@@ -15,12 +15,14 @@
 #include "dtrain/base/stop_request.h"
 #include "dtrain/base/thread_pool.h"
 #include "dtrain/base/timer.h"
+#include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/data/shuffled_sampler.h"
 #include "dtrain/nn/loss.h"
 #include "dtrain/parallel/rank_agreement.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/checkpoint_dir.h"
 #include "dtrain/train/checkpoint_writer.h"
+#include "dtrain/train/fault_injection.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/statistics.h"
 #include "dtrain/train/strategy_registry.h"
@@ -460,6 +462,9 @@ RunSummary Trainer::run() {
     return {flags[0], flags[1] != 0};
   };
   int stopped_by = 0;
+  const FaultSpec fault = parse_fault(config_.parallel.inject_fault);
+  // Under mpirun with one rank per process, a failing rank is a dying process.
+  const bool process_rank = comm::launched_by_mpirun() && config_.parallel.workers == 1;
 
   // Per-rank totals for the compute / communication / waiting split.
   struct RankTotals {
@@ -577,6 +582,7 @@ RunSummary Trainer::run() {
       const double seconds = step_clock.seconds();
       step_seconds.push_back(seconds);
       ++global_step;
+      inject_fault(fault, rank_, global_step, process_rank, dir.string());
       ++step_in_epoch;
       epoch_totals.samples += static_cast<double>(share);
       epoch_totals.seconds += seconds;

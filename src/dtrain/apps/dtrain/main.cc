@@ -1,5 +1,6 @@
 // The dtrain command: parses the command line, runs the chosen subcommand, and turns every error
-// into one line on stderr and an exit code (1 bad usage, 2 bad input, 3 internal error), never a
+// into one line on stderr and an exit code (1 bad usage, 2 bad input, 3 internal error, 4 a rank
+// failed or a deadline passed: worth a restart), never a
 // stack trace.
 #include <fmt/format.h>
 
@@ -13,6 +14,7 @@
 
 #include "commands.h"
 #include "dtrain/base/error.h"
+#include "dtrain/comm/comm_error.h"
 #include "dtrain/comm/rank_threads.h"
 #include "dtrain/comm/transport/mpi/world.h"
 
@@ -24,6 +26,12 @@ std::string one_line(std::string text) {
     if (ch == '\n' || ch == '\r') ch = ' ';
   }
   return text;
+}
+
+// Prints a run's last error line (and keeps it for a supervisor: base/error.h).
+void report(const std::string& line) {
+  fmt::print(stderr, "{}\n", line);
+  dtrain::append_to_error_file(line);
 }
 
 // The innermost command the parser entered: `dtrain` itself, `dtrain bench`, ...
@@ -96,8 +104,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer("Run `dtrain <command> --help` for a command's options and examples.");
   const std::vector<Command> commands = {
-      dtrain::apps::add_train_command(app), dtrain::apps::add_sweep_command(app),
-      dtrain::apps::add_config_command(app), dtrain::apps::add_bench_command(app),
+      dtrain::apps::add_train_command(app),    dtrain::apps::add_sweep_command(app),
+      dtrain::apps::add_config_command(app),   dtrain::apps::add_bench_command(app),
       dtrain::apps::add_generate_command(app), dtrain::apps::add_check_command(app)};
   try {
     app.parse(argc, argv);
@@ -131,10 +139,15 @@ int main(int argc, char** argv) {
     }
     return 1;
   } catch (const dtrain::InternalError& e) {
-    fmt::print(stderr, "error: internal: {}\n", one_line(e.what()));
+    report(fmt::format("error: internal: {}", one_line(e.what())));
     return finish(3);
+  } catch (const dtrain::comm::CommError& e) {
+    // A rank that failed or a deadline that passed: the run may succeed when started again, so
+    // a supervisor (--max-restarts) restarts on this code and not on 2.
+    report(fmt::format("error: {}", one_line(e.what())));
+    return finish(4);
   } catch (const dtrain::Error& e) {
-    fmt::print(stderr, "error: {}\n", one_line(e.what()));
+    report(fmt::format("error: {}", one_line(e.what())));
     return finish(2);
   } catch (const std::bad_alloc&) {
     // The run's estimate (train/memory_budget.h) counts parameters, gradients and optimizer
@@ -145,7 +158,7 @@ int main(int argc, char** argv) {
                "train.batch_size, fewer workers per process, or --zero-stage 1\n");
     return finish(2);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: internal: {}\n", one_line(e.what()));
+    report(fmt::format("error: internal: {}", one_line(e.what())));
     return finish(3);
   }
 }

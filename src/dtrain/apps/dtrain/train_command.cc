@@ -57,10 +57,15 @@ struct TrainFlags {
   std::int64_t max_restarts = 0;
   double restart_backoff = 1.0;
   std::string mpirun;
+  std::int64_t min_workers = 0;
+  std::int64_t max_workers = 0;
+  double grow_after = 30.0;
 };
 
 // The options only the supervisor reads, dropped from the child's command line.
-constexpr const char* kSupervisorOptions[] = {"--max-restarts", "--restart-backoff", "--mpirun"};
+constexpr const char* kSupervisorOptions[] = {"--max-restarts", "--restart-backoff",
+                                              "--mpirun",       "--min-workers",
+                                              "--max-workers",  "--grow-after"};
 
 // `args` (argv as typed) without the supervisor's options and their values.
 std::vector<std::string> without_supervisor_options(const std::vector<std::string>& args) {
@@ -97,9 +102,25 @@ std::vector<std::string> split_words(const std::string& text) {
   return words;
 }
 
+// The index of the process count in mpirun's arguments (the word after -np, -n or --np), or -1.
+int np_index(const std::vector<std::string>& words) {
+  for (std::size_t i = 0; i + 1 < words.size(); ++i) {
+    if (words[i] == "-np" || words[i] == "-n" || words[i] == "--np") {
+      return static_cast<int>(i + 1);
+    }
+  }
+  return -1;
+}
+
 // `dtrain train --max-restarts N`: this process supervises the run (train/supervisor.h), which
 // runs as a child `dtrain train` (under `mpirun ARGS` with --mpirun) writing to `run_dir`.
-int supervise_training(const TrainFlags& flags, const std::string& run_dir) {
+// Elastic membership (--min-workers, --max-workers): the workers are the ranks as threads, or
+// with --mpirun the processes (-np). A restart after a failure that lost a worker (an error
+// naming a rank; under mpirun any failure: a process died) runs on one fewer, down to
+// --min-workers; after --grow-after seconds on fewer than --max-workers the supervisor stops the
+// run (it checkpoints) and restarts it on one more. The checkpoint is resharded each time.
+int supervise_training(const TrainFlags& flags, const std::string& run_dir,
+                       std::int64_t config_workers) {
   if (comm::launched_by_mpirun()) {
     throw ConfigError(
         "--max-restarts supervises the whole job and restarts mpirun itself, so it runs outside "
@@ -111,6 +132,25 @@ int supervise_training(const TrainFlags& flags, const std::string& run_dir) {
     launcher = split_words(flags.mpirun);
     launcher.insert(launcher.begin(), "mpirun");
   }
+  const bool elastic = flags.min_workers > 0 || flags.max_workers > 0;
+  const int np_at = np_index(launcher);
+  std::int64_t initial = config_workers;
+  if (!launcher.empty() && elastic) {
+    if (np_at < 0) {
+      throw ConfigError(fmt::format(
+          "--min-workers / --max-workers with --mpirun \"{}\" count processes: give -np N",
+          flags.mpirun));
+    }
+    initial = std::stoll(launcher[static_cast<std::size_t>(np_at)]);
+  }
+  const std::int64_t min_workers = flags.min_workers > 0 ? flags.min_workers : initial;
+  const std::int64_t max_workers = flags.max_workers > 0 ? flags.max_workers : initial;
+  if (elastic && (min_workers > initial || max_workers < initial)) {
+    throw ConfigError(
+        fmt::format("--min-workers {} and --max-workers {} must bracket the {} the run starts with",
+                    min_workers, max_workers, initial));
+  }
+  auto workers = std::make_shared<std::int64_t>(initial);
   train::SupervisorOptions options;
   options.run_dir = run_dir;
   options.max_restarts = static_cast<int>(flags.max_restarts);
@@ -125,14 +165,28 @@ int supervise_training(const TrainFlags& flags, const std::string& run_dir) {
   options.first_command.push_back(self);
   options.first_command.insert(options.first_command.end(), args.begin(), args.end());
   const std::vector<std::string> first = options.first_command;
-  options.restart_command = [launcher, self, run_dir, first, quiet = flags.quiet](int, int) {
+  options.restart_command = [=, quiet = flags.quiet](int, int failed_rank) {
+    if (elastic) {
+      const bool lost =
+          failed_rank >= 0 || (!launcher.empty() && failed_rank != train::kGrowRestart);
+      if (failed_rank == train::kGrowRestart && *workers < max_workers) ++*workers;
+      if (lost && *workers > min_workers) --*workers;
+    }
     // Before its resolved.toml exists the run has nothing to resume: start it as it was started.
-    if (!fs::exists(fs::path(run_dir) / "resolved.toml")) return first;
+    if (!fs::exists(fs::path(run_dir) / "resolved.toml") && *workers == initial) return first;
     std::vector<std::string> command = launcher;
+    if (elastic && np_at >= 0) command[static_cast<std::size_t>(np_at)] = std::to_string(*workers);
     command.insert(command.end(), {self, "train", "--resume", run_dir});
+    if (elastic && launcher.empty()) {
+      command.insert(command.end(), {"--workers", std::to_string(*workers)});
+    }
     if (quiet) command.push_back("--quiet");
     return command;
   };
+  if (elastic) {
+    options.can_grow = [=] { return *workers < max_workers; };
+    options.grow_after_seconds = flags.grow_after;
+  }
   return train::supervise(options);
 }
 
@@ -205,6 +259,7 @@ SIGTERM or SIGINT (Ctrl-C) saves a checkpoint after the current step and stops (
 at once); `--resume` continues from it. See docs/FAULTS.md.
 
 Exit codes: 0 success, 1 bad command line, 2 bad input (config, data, checkpoint), 3 internal error,
+4 a rank failed or a deadline passed (--max-restarts restarts on 3, 4 and deaths by a signal),
 128 + signal: stopped by SIGTERM (143) or SIGINT (130) after saving a checkpoint.)";
 
 int run_train(const TrainFlags& flags) {
@@ -324,7 +379,14 @@ int run_train(const TrainFlags& flags) {
     config = train::load_config(flags.config, overrides);
     options.run_dir = flags.out.empty() ? default_out_dir(flags.config) : flags.out;
   }
-  if (flags.max_restarts > 0) return supervise_training(flags, options.run_dir);
+  if (flags.max_restarts > 0) {
+    return supervise_training(flags, options.run_dir, config.parallel.workers);
+  }
+  if (flags.min_workers > 0 || flags.max_workers > 0) {
+    throw ConfigError(
+        "--min-workers / --max-workers are the supervisor's: give --max-restarts N "
+        "with them");
+  }
   if (!flags.mpirun.empty()) {
     throw ConfigError(
         "--mpirun names the launcher a supervised run restarts; give --max-restarts "
@@ -480,6 +542,18 @@ Command add_train_command(CLI::App& app) {
                   "--max-restarts: run (and restart) the job as `mpirun ARGS dtrain train ...`, "
                   "e.g. --mpirun \"-np 2 --hostfile hosts\"")
       ->type_name("ARGS");
+  sub->add_option("--min-workers", flags->min_workers,
+                  "--max-restarts, elastic: after a failure that lost a worker, continue on the "
+                  "survivors down to N workers (ranks as threads; with --mpirun, processes)")
+      ->check(at_least(1));
+  sub->add_option("--max-workers", flags->max_workers,
+                  "--max-restarts, elastic: grow back up to N workers (default: the starting "
+                  "count), one per --grow-after seconds of training")
+      ->check(at_least(1));
+  sub->add_option("--grow-after", flags->grow_after,
+                  "--max-restarts, elastic: seconds on fewer than --max-workers before the run "
+                  "is stopped at a checkpoint and restarted on one more worker (default 30)")
+      ->check(CLI::Range(0.0, 1e6));
   resume->excludes(config)->excludes(out);
   sub->callback([flags, config, resume] {
     if (config->count() == 0 && resume->count() == 0) {

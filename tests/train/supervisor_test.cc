@@ -1,0 +1,140 @@
+// The supervisor of `dtrain train --max-restarts` (supervisor.h) with shell children: which
+// endings it restarts, what restarts.jsonl records, and the elastic grow restart.
+#include "dtrain/train/supervisor.h"
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace dtrain::train {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+// A wait status as waitpid reports it.
+int exited(int code) { return code << 8; }
+int killed(int signal) { return signal; }
+
+TEST(Supervisor, RestartsDeathsAndFailedRanksButNotBadInputOrAskedStops) {
+  EXPECT_TRUE(restartable(killed(SIGKILL)));
+  EXPECT_TRUE(restartable(killed(SIGSEGV)));
+  EXPECT_TRUE(restartable(exited(3)));    // internal error
+  EXPECT_TRUE(restartable(exited(4)));    // a rank failed, a deadline passed
+  EXPECT_TRUE(restartable(exited(137)));  // mpirun: one of its processes was killed
+  EXPECT_FALSE(restartable(exited(0)));
+  EXPECT_FALSE(restartable(exited(1)));  // bad command line
+  EXPECT_FALSE(restartable(exited(2)));  // bad input
+  EXPECT_FALSE(restartable(exited(143)));
+  EXPECT_FALSE(restartable(exited(130)));
+  EXPECT_FALSE(restartable(killed(SIGTERM)));
+  EXPECT_EQ(describe_wait_status(killed(SIGKILL)), "killed by signal 9 (SIGKILL)");
+  EXPECT_EQ(describe_wait_status(exited(4)), "exit status 4");
+}
+
+TEST(Supervisor, FindsTheRankAnErrorNames) {
+  EXPECT_EQ(rank_named_in("error: rank 2: injected fault after step 40"), 2);
+  EXPECT_EQ(rank_named_in("error: process 1 of 2: something"), 1);
+  EXPECT_EQ(rank_named_in("error: no rank here"), -1);
+  EXPECT_EQ(rank_named_in(""), -1);
+}
+
+class SupervisorRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ =
+        fs::temp_directory_path() / fmt::format("dtrain_supervisor_{}_{}", info->name(), getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::vector<nlohmann::json> restarts() const {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(dir_ / "restarts.jsonl");
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+    return out;
+  }
+
+  // A shell child: fails with `code` (after writing `error` to the supervisor's error file) while
+  // the count file holds fewer than `failures` lines, then succeeds.
+  SupervisorOptions failing_child(int failures, int code, const std::string& error) const {
+    const std::string count = (dir_ / "count").string();
+    const std::string script = fmt::format(
+        "echo x >> {0}; if [ $(wc -l < {0}) -le {1} ]; then echo '{2}' >> \"$DTRAIN_ERROR_FILE\"; "
+        "exit {3}; fi; exit 0",
+        count, failures, error, code);
+    SupervisorOptions options;
+    options.first_command = {"/bin/sh", "-c", script};
+    options.restart_command = [script](int, int) {
+      return std::vector<std::string>{"/bin/sh", "-c", script};
+    };
+    options.run_dir = dir_.string();
+    options.backoff_seconds = 0.01;
+    return options;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(SupervisorRun, RestartsUntilTheChildSucceedsAndLogsEachCause) {
+  SupervisorOptions options = failing_child(2, 4, "error: rank 1: boom");
+  options.max_restarts = 3;
+  EXPECT_EQ(supervise(options), 0);
+  const auto log = restarts();
+  ASSERT_EQ(log.size(), 2u);
+  for (std::size_t i = 0; i < log.size(); ++i) {
+    EXPECT_EQ(log[i]["restart"], i + 1);
+    EXPECT_EQ(log[i]["ended"], "exit status 4");
+    EXPECT_EQ(log[i]["cause"], "error: rank 1: boom");
+    EXPECT_EQ(log[i]["rank"], 1);
+    EXPECT_TRUE(log[i]["checkpoint"].is_null());  // the child wrote none
+  }
+}
+
+TEST_F(SupervisorRun, GivesUpWhenTheRestartsAreSpent) {
+  SupervisorOptions options = failing_child(5, 3, "error: internal: bad");
+  options.max_restarts = 2;
+  EXPECT_EQ(supervise(options), 3);
+  EXPECT_EQ(restarts().size(), 2u);
+}
+
+TEST_F(SupervisorRun, BadInputIsNotRestarted) {
+  SupervisorOptions options = failing_child(1, 2, "error: data directory /x does not exist");
+  options.max_restarts = 3;
+  EXPECT_EQ(supervise(options), 2);
+  EXPECT_TRUE(restarts().empty());
+}
+
+TEST_F(SupervisorRun, GrowsTheJobBackByStoppingTheChild) {
+  // The first child waits for SIGTERM and exits 143 as dtrain does after its checkpoint; the
+  // grow restart's child succeeds at once.
+  SupervisorOptions options;
+  options.first_command = {"/bin/sh", "-c", "trap 'kill $!; exit 143' TERM; sleep 20 & wait"};
+  int grow_restarts = 0;
+  options.restart_command = [&](int, int failed_rank) {
+    grow_restarts += failed_rank == kGrowRestart ? 1 : 0;
+    return std::vector<std::string>{"/bin/sh", "-c", "exit 0"};
+  };
+  bool small = true;
+  options.can_grow = [&] { return small; };
+  options.grow_after_seconds = 0.2;
+  options.run_dir = dir_.string();
+  options.max_restarts = 1;
+  EXPECT_EQ(supervise(options), 0);
+  EXPECT_EQ(grow_restarts, 1);
+  const auto log = restarts();
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_THAT(log[0]["cause"].get<std::string>(), HasSubstr("grow"));
+}
+
+}  // namespace
+}  // namespace dtrain::train

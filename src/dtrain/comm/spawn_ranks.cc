@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <utility>
@@ -42,6 +43,8 @@ std::exception_ptr with_rank(std::exception_ptr error, int rank) {
     return std::make_exception_ptr(CheckpointError(prefixed(e.what())));
   } catch (const InternalError& e) {
     return std::make_exception_ptr(InternalError(prefixed(e.what())));
+  } catch (const std::bad_alloc&) {
+    return error;  // kept as it is: the dtrain main explains running out of memory
   } catch (const std::exception& e) {
     return std::make_exception_ptr(CommError(prefixed(e.what())));
   } catch (...) {

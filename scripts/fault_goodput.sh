@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Goodput and restart time under injected failures (docs/FAULTS.md, "Figures"): the fortunes GPT
+# (120 steps, 2 compute threads) uninterrupted, then under `dtrain train --max-restarts` with a
+# kill -9 of the training process every 20 step-times; prints the goodput (uninterrupted wall /
+# wall with failures), the time from each kill to the first step after the restart, the steps each
+# restart lost, and whether the final parameters equal the uninterrupted run's.
+# Usage: scripts/fault_goodput.sh [CHECKPOINT_EVERY_STEPS=1]   (build/dtrain must exist)
+set -u
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+D="$ROOT/build/dtrain"
+CK=${1:-1}
+OUT=$(mktemp -d)
+trap 'pkill -9 -f "$OUT" 2> /dev/null; rm -rf "$OUT"' EXIT
+cd "$ROOT"
+RUN=(--config examples/fortunes_gpt.toml --set data.text_windows=3840 --set train.eval_every_steps=0
+     --set train.log_every=1 --threads 2 --quiet --set train.checkpoint_every_steps="$CK")
+/usr/bin/time -f "%e" -o "$OUT/ref.time" "$D" train "${RUN[@]}" --out "$OUT/ref"
+ref=$(cat "$OUT/ref.time")
+step=$(python3 -c "import json; print(json.load(open('$OUT/ref/summary.json'))['step_seconds_median'])")
+every=$(python3 -c "print(20 * $step)")
+echo "uninterrupted: $ref s; median step $step s; a kill every 20 step-times = $every s"
+start=$(date +%s.%N)
+"$D" train "${RUN[@]}" --out "$OUT/f" --max-restarts 100 --restart-backoff 0 2> "$OUT/f.err" &
+supervisor=$!
+restarts=()
+while kill -0 "$supervisor" 2> /dev/null; do
+  sleep "$every"
+  victim=""
+  for p in $(pgrep -f -- "$OUT/f" || true); do
+    [[ $p != "$supervisor" && $(cat "/proc/$p/comm" 2> /dev/null) == dtrain ]] && victim=$p
+  done
+  [[ -n "$victim" ]] || continue
+  t0=$(date +%s.%N)
+  kill -9 "$victim" 2> /dev/null || continue
+  # Until the supervisor has logged the restart and the new run has logged a step after the
+  # checkpoint it resumed from.
+  python3 - "$OUT/f" "${#restarts[@]}" "$supervisor" <<'PY'
+import json, os, sys, time
+run, done, supervisor = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def alive():
+    try:
+        os.kill(supervisor, 0); return True
+    except OSError:
+        return False
+while alive():
+    try:
+        log = [json.loads(l) for l in open(run + "/restarts.jsonl")]
+    except (OSError, ValueError):
+        log = []
+    if len(log) > done:
+        resumed = log[done].get("checkpoint_step") or 0
+        try:
+            steps = [json.loads(l).get("step", -1) for l in open(run + "/metrics.jsonl")
+                     if '"kind":"step"' in l]
+        except (OSError, ValueError):
+            steps = []
+        if steps and steps[-1] > resumed:
+            break
+    time.sleep(0.005)
+PY
+  restarts+=("$(python3 -c "print(round($(date +%s.%N) - $t0, 3))")")
+done
+wait "$supervisor" || echo "the supervised run failed: $(tail -1 "$OUT/f.err")"
+wall=$(python3 -c "print(round($(date +%s.%N) - $start, 2))")
+echo "with failures: $wall s, ${#restarts[@]} kills; goodput $(python3 -c "print(round($ref / $wall, 3))")"
+echo "kill -> first step after the restart (s): ${restarts[*]}"
+python3 - "$OUT" <<'PY'
+import json, struct, sys
+out = sys.argv[1]
+print("steps lost per restart (at least):",
+      [json.loads(l).get("steps_lost_at_least") for l in open(out + "/f/restarts.jsonl")])
+def params(path):  # checkpoint.h's layout
+    b = open(path, "rb").read(); at = [72]
+    def take(fmt):
+        v = struct.unpack_from(fmt, b, at[0])[0]; at[0] += struct.calcsize(fmt); return v
+    for _ in range(take("<I")):
+        skip = take("<I") + 8; at[0] += skip                # scalar: name, f64
+    for _ in range(2):                                      # parameter and buffer tables
+        for _ in range(take("<I")):
+            skip = take("<I"); at[0] += skip                # name
+            skip = 8 * take("<I") + 17; at[0] += skip       # dims, offset, numel, weight decay
+    n = take("<q"); return b[at[0]:at[0] + 4 * n]
+same = params(out + "/ref/checkpoints/epoch-1.ckpt") == params(out + "/f/checkpoints/epoch-1.ckpt")
+print("final parameters", "bitwise equal" if same else "DIFFER")
+PY

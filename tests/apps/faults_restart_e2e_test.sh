@@ -46,14 +46,16 @@ PY
 
 "$DTRAIN" train "${RUN[@]}" --workers 2 --out "$TMP/ref"
 
-# kill -9 the training process at 3 random moments (when its newest checkpoint has passed 3
-# random steps: moments tied to progress, not to this machine's speed); the supervisor restarts it.
+# kill -9 the training process at KILLS (default 3; the matrix: 20) random moments (when its
+# newest checkpoint has passed that many random steps: moments tied to progress, not to this
+# machine's speed); the supervisor restarts it each time.
+KILLS=${KILLS:-3}
 supervised_kills() {
   local out=$1; shift
-  "$DTRAIN" train "${RUN[@]}" --out "$out" --max-restarts 5 --restart-backoff 0.1 "$@" \
+  "$DTRAIN" train "${RUN[@]}" --out "$out" --max-restarts $((KILLS + 2)) --restart-backoff 0.1 "$@" \
     2> "$TMP/supervisor.err" &
   local supervisor=$! kills=0 target
-  for target in $(python3 -c "import random; print(*sorted(random.sample(range(40, 640), 3)))"); do
+  for target in $(python3 -c "import random; print(*sorted(random.sample(range(40, 690), $KILLS)))"); do
     while kill -0 "$supervisor" 2> /dev/null; do
       local latest step
       latest=$(cat "$out/checkpoints/latest" 2> /dev/null || true)

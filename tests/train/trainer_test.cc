@@ -276,6 +276,24 @@ TEST_F(TrainerTest, AStopRequestCheckpointsAndTheResumeEqualsTheUninterruptedRun
   EXPECT_EQ(losses(dir("stopped")), losses(dir("full")));
 }
 
+// A run stopped after its last checkpoint but before summary.json (killed under the supervisor):
+// --resume writes the summary from the checkpoint and trains nothing.
+TEST_F(TrainerTest, ResumeAfterTheLastCheckpointWritesTheMissingSummary) {
+  Config config = small_config();
+  config.train.epochs = 2;
+  const RunSummary full = train(config, dir("run"));
+  fs::remove(dir("run") + "/summary.json");
+  const RunSummary again = train(config, dir("run"), /*resume=*/true);
+  EXPECT_TRUE(fs::exists(dir("run") + "/summary.json"));
+  EXPECT_EQ(again.steps, full.steps);
+  EXPECT_EQ(again.samples, full.samples);
+  EXPECT_DOUBLE_EQ(again.final_test_accuracy, full.final_test_accuracy);
+  EXPECT_DOUBLE_EQ(again.final_train_loss, full.final_train_loss);
+  EXPECT_EQ(losses(dir("run")).size(), 20u);  // no step trained twice
+  // With summary.json present, there is nothing to do: the error says how to train further.
+  EXPECT_THROW(train(config, dir("run"), /*resume=*/true), ConfigError);
+}
+
 // A run stopped before its first checkpoint: --resume trains it from the beginning (instead of
 // refusing, while a fresh run into the folder is refused because it holds metrics.jsonl).
 TEST_F(TrainerTest, ResumeWithoutACheckpointStartsTheRunOver) {

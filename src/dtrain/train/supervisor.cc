@@ -165,9 +165,14 @@ int supervise(const SupervisorOptions& options) {
   const std::string log_path = (fs::path(options.run_dir) / "restarts.jsonl").string();
   std::vector<std::string> command = options.first_command;
   int grows = 0;  // restarts that grew the job back, not counted against max_restarts
+  // The back-off doubles over failures in a row that made no progress (no newer checkpoint);
+  // an attempt that checkpointed further starts it over.
+  int stalled = 0;
+  std::int64_t best_step = -1;
   for (int restart = 0;; ++restart) {
     const int launch = restart + grows;  // restarts so far, of either kind
     fs::remove(error_file, ec);
+    const auto attempt_start = fs::file_time_type::clock::now();
     Stopwatch attempt;
     const pid_t pid = start_child(command, error_file);
     int forwarded = 0;
@@ -200,21 +205,27 @@ int supervise(const SupervisorOptions& options) {
     if (forwarded != 0 || !restartable(status)) return exit_code_of(status);
     const std::string cause_line = last_error_line(error_file);
     const std::string how = describe_wait_status(status);
+    // A run that wrote its summary.json during this attempt had finished: a process that died
+    // after that (an mpirun job torn down at its end) costs nothing, and a restart would find
+    // nothing left to train.
+    const fs::path summary = fs::path(options.run_dir) / "summary.json";
+    if (fs::exists(summary, ec) && fs::last_write_time(summary, ec) >= attempt_start) {
+      log::warn("supervisor: the run ended with {} after it completed ({} is written): done", how,
+                summary.string());
+      return 0;
+    }
     if (restart >= options.max_restarts) {
       log::warn("supervisor: the run ended with {} and all {} restarts are spent; giving up ({})",
                 how, options.max_restarts, log_path);
       return exit_code_of(status);
     }
     const int failed_rank = rank_named_in(cause_line);
-    const double backoff =
-        std::min(kMaxBackoffSeconds, options.backoff_seconds * (1 << std::min(restart, 10)));
     nlohmann::json record = {{"restart", launch + 1},
                              {"at", now_iso8601()},
                              {"attempt_seconds", ran},
                              {"ended", how},
                              {"cause", cause_line.empty() ? how : cause_line},
-                             {"rank", failed_rank >= 0 ? nlohmann::json(failed_rank) : nullptr},
-                             {"backoff_seconds", backoff}};
+                             {"rank", failed_rank >= 0 ? nlohmann::json(failed_rank) : nullptr}};
     const std::int64_t logged =
         last_logged_step((fs::path(options.run_dir) / "metrics.jsonl").string());
     record["last_logged_step"] = logged;
@@ -234,6 +245,13 @@ int supervise(const SupervisorOptions& options) {
       record["checkpoint"] = nullptr;
       record["checkpoint_error"] = e.what();
     }
+    const std::int64_t step =
+        record.contains("checkpoint_step") ? record["checkpoint_step"].get<std::int64_t>() : -1;
+    stalled = step > best_step ? 0 : stalled + 1;
+    best_step = std::max(best_step, step);
+    const double backoff =
+        std::min(kMaxBackoffSeconds, options.backoff_seconds * (1 << std::min(stalled, 10)));
+    record["backoff_seconds"] = backoff;
     command = options.restart_command(launch + 1, failed_rank);
     record["command"] = command;
     {

@@ -45,7 +45,9 @@ struct SupervisorOptions {
   double grow_after_seconds = 30.0;
   std::string run_dir;  // holds restarts.jsonl, metrics.jsonl and checkpoints/
   int max_restarts = 0;
-  double backoff_seconds = 1.0;  // before restart k: backoff x 2^(k-1), at most 30 s
+  // Before a restart: backoff_seconds x 2^k, at most 30 s, for the k-th failure in a row without a
+  // newer checkpoint (0 after an attempt that checkpointed further).
+  double backoff_seconds = 1.0;
 };
 
 // Runs the child until it succeeds, fails for good or max_restarts are spent; returns the exit

@@ -315,7 +315,16 @@ RunSummary Trainer::run() {
       const double seconds = checkpoint.scalar(tta_scalar(targets.targets()[i]), kNotReached);
       if (seconds >= 0.0) targets.set_reached(i, seconds);
     }
-    if (start_epoch >= t.epochs) {
+    // A run stopped after its last checkpoint but before summary.json (killed, or a full disk)
+    // is complete: it writes its summary from the checkpoint's figures and trains nothing.
+    const bool summary_missing = !fs::exists(dir / "summary.json");
+    if (start_epoch >= t.epochs && summary_missing && writer) {
+      log::info(
+          "{} is the run's last checkpoint and summary.json is missing: writing the summary "
+          "from it",
+          path);
+    }
+    if (start_epoch >= t.epochs && !summary_missing) {
       throw ConfigError(fmt::format(
           "checkpoint {} is at epoch {} and train.epochs = {}: nothing left to train; pass "
           "--epochs N with N > {} to train further",
@@ -706,7 +715,7 @@ RunSummary Trainer::run() {
     if (signal != 0) stopped_by = signal;
     if (stopped_by != 0) break;
   }
-  if (config_.parallel.trace_steps > 0 && (collective || writer)) {
+  if (config_.parallel.trace_steps > 0 && (collective || writer) && global_step > first_step) {
     write_trace(collective ? comm : nullptr, trace_, (dir / "trace.json").string());
   }
   strategy_->finish(writer);

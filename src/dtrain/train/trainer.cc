@@ -471,6 +471,7 @@ RunSummary Trainer::run() {
     return {flags[0], flags[1] != 0};
   };
   int stopped_by = 0;
+  bool saved_at_stop = false;  // whether the stop wrote a checkpoint (not: local SGD mid-epoch)
   const FaultSpec fault = parse_fault(config_.parallel.inject_fault);
   // Under mpirun with one rank per process, a failing rank is a dying process.
   const bool process_rank = comm::launched_by_mpirun() && config_.parallel.workers == 1;
@@ -647,6 +648,7 @@ RunSummary Trainer::run() {
                           epoch_seconds},
                /*fatal=*/signal != 0);
           since_checkpoint.reset();
+          saved_at_stop = signal != 0;
         }
         if (signal != 0) {
           stopped_by = signal;
@@ -711,6 +713,7 @@ RunSummary Trainer::run() {
          (t.checkpoint_every > 0 && (epoch + 1) % t.checkpoint_every == 0))) {
       save(epoch + 1, 0, EpochCarry{}, /*fatal=*/last || signal != 0);
       since_checkpoint.reset();
+      saved_at_stop = signal != 0;
     }
     if (signal != 0) stopped_by = signal;
     if (stopped_by != 0) break;
@@ -754,9 +757,14 @@ RunSummary Trainer::run() {
         fmt::format(
             "stopped by {} after step {} of {}: {}; continue with `dtrain train --resume {}`",
             stop_signal_name(stopped_by), global_step, t.epochs * plan_->steps_per_epoch(),
-            strategy_->keeps_checkpoints() && written
+            saved_at_stop && written
                 ? fmt::format("checkpoint {} ({:.2f} s to write)", written->first, written->second)
-                : std::string("no checkpoint (this strategy keeps none)"),
+            : written ? fmt::format("{} checkpoints at epoch ends only, so the steps since {} "
+                                    "are lost",
+                                    strategy_->name(), written->first)
+                      : fmt::format("{} keeps no checkpoint inside an epoch, and none was written "
+                                    "yet",
+                                    strategy_->name()),
             dir.string()));
     return summary;
   }

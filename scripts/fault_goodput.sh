@@ -30,13 +30,14 @@ while kill -0 "$supervisor" 2> /dev/null; do
     [[ $p != "$supervisor" && $(cat "/proc/$p/comm" 2> /dev/null) == dtrain ]] && victim=$p
   done
   [[ -n "$victim" ]] || continue
+  inode=$(stat -c %i "$OUT/f/metrics.jsonl")
   t0=$(date +%s.%N)
   kill -9 "$victim" 2> /dev/null || continue
   # Until the supervisor has logged the restart and the new run has logged a step after the
-  # checkpoint it resumed from.
-  python3 - "$OUT/f" "${#restarts[@]}" "$supervisor" <<'PY'
+  # checkpoint it resumed from (in metrics.jsonl as the new run rewrote it: another inode).
+  python3 - "$OUT/f" "${#restarts[@]}" "$supervisor" "$inode" <<'PY'
 import json, os, sys, time
-run, done, supervisor = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+run, done, supervisor, inode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 def alive():
     try:
         os.kill(supervisor, 0); return True
@@ -54,7 +55,11 @@ while alive():
                      if '"kind":"step"' in l]
         except (OSError, ValueError):
             steps = []
-        if steps and steps[-1] > resumed:
+        try:
+            rewritten = os.stat(run + "/metrics.jsonl").st_ino != inode
+        except OSError:
+            rewritten = False
+        if rewritten and steps and steps[-1] > resumed:
             break
     time.sleep(0.005)
 PY

@@ -141,7 +141,15 @@ int supervise_training(const TrainFlags& flags, const std::string& run_dir,
           "--min-workers / --max-workers with --mpirun \"{}\" count processes: give -np N",
           flags.mpirun));
     }
-    initial = std::stoll(launcher[static_cast<std::size_t>(np_at)]);
+    const std::string& np = launcher[static_cast<std::size_t>(np_at)];
+    if (np.empty() || np.size() > 6 || np.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoll(np) < 1) {
+      throw ConfigError(
+          fmt::format("--mpirun \"{}\": the process count after -np must be a "
+                      "number >= 1, got '{}'",
+                      flags.mpirun, np));
+    }
+    initial = std::stoll(np);
   }
   const std::int64_t min_workers = flags.min_workers > 0 ? flags.min_workers : initial;
   const std::int64_t max_workers = flags.max_workers > 0 ? flags.max_workers : initial;

@@ -326,7 +326,7 @@ TEST(ParameterServer, OptimizerStateMovesBetweenServerCountsInTheOneOptimizerLay
         [&] {
           client.set_state({0, kKeys}, {saved.vectors[1], saved.vectors[1], saved.vectors[1]}, 3);
         },
-        ::testing::ThrowsMessage<comm::CommError>(
+        ::testing::ThrowsMessage<CheckpointError>(
             ::testing::HasSubstr("optimizer state vector 2 sent, the optimizer has 2")));
     client.stop();
   });

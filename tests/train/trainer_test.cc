@@ -309,6 +309,18 @@ TEST_F(TrainerTest, ResumeWithoutACheckpointStartsTheRunOver) {
   EXPECT_EQ(losses(dir("early")), losses(dir("full")));  // the stale record is gone
 }
 
+// A step checkpoint that falls on an epoch's last step is written there (as the epoch's).
+TEST_F(TrainerTest, StepCheckpointsOnAnEpochsLastStepAreWritten) {
+  Config config = small_config();
+  config.train.epochs = 3;
+  config.train.checkpoint_every = 0;         // epoch checkpoints: only the last
+  config.train.checkpoint_every_steps = 10;  // = the steps of an epoch
+  train(config, dir("run"));
+  EXPECT_TRUE(fs::exists(dir("run") + "/checkpoints/epoch-1.ckpt"));
+  EXPECT_TRUE(fs::exists(dir("run") + "/checkpoints/epoch-2.ckpt"));
+  EXPECT_TRUE(fs::exists(dir("run") + "/checkpoints/epoch-3.ckpt"));
+}
+
 // Young/Daly: with mtbf_hours set and no fixed interval, checkpoints come every
 // sqrt(2 C MTBF) seconds; a tiny MTBF makes that shorter than a step, so every step checkpoints.
 TEST_F(TrainerTest, YoungDalyIntervalCheckpointsInsideEpochs) {

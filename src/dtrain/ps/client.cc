@@ -140,7 +140,9 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
     }
     headers.push_back(header);
   }
-  if (!error.empty()) throw comm::CommError(error);
+  // Refused: the request itself was wrong (a checkpoint's state that does not fit the servers), so
+  // a restart would be refused alike: bad input (exit 2), not a failed rank (exit 4).
+  if (!error.empty()) throw CheckpointError(error);
   return headers;
 }
 

@@ -57,8 +57,17 @@ pid_t start_child(const std::vector<std::string>& argv, const std::string& error
   std::vector<char*> env;
   for (std::string& e : env_strings) env.push_back(e.data());
   env.push_back(nullptr);
+  // The child gets a process group of its own: a Ctrl-C at the terminal or a scheduler's signal
+  // to the supervisor's group reaches the supervisor alone, which passes it on once. Delivered to
+  // both, the child would see the signal twice, and its second (the default action) would end it
+  // before the checkpoint its first asked for.
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attributes, 0);
   pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), env.data());
+  const int rc = posix_spawnp(&pid, args[0], nullptr, &attributes, args.data(), env.data());
+  posix_spawnattr_destroy(&attributes);
   if (rc != 0) {
     throw Error(fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
   }
@@ -249,7 +258,7 @@ int supervise(const SupervisorOptions& options) {
     }
     const std::int64_t step =
         record.contains("checkpoint_step") ? record["checkpoint_step"].get<std::int64_t>() : -1;
-    stalled = step > best_step ? 0 : stalled + 1;
+    stalled = step > best_step || restart == 0 ? 0 : stalled + 1;
     best_step = std::max(best_step, step);
     const double backoff =
         std::min(kMaxBackoffSeconds, options.backoff_seconds * (1 << std::min(stalled, 10)));

@@ -45,8 +45,9 @@ struct SupervisorOptions {
   double grow_after_seconds = 30.0;
   std::string run_dir;  // holds restarts.jsonl, metrics.jsonl and checkpoints/
   int max_restarts = 0;
-  // Before a restart: backoff_seconds x 2^k, at most 30 s, for the k-th failure in a row without a
-  // newer checkpoint (0 after an attempt that checkpointed further).
+  // Before a restart: backoff_seconds x 2^k, at most 30 s, where k counts the failures in a row
+  // without a newer checkpoint (k = 0 for the first failure and after an attempt that
+  // checkpointed further).
   double backoff_seconds = 1.0;
 };
 

@@ -706,10 +706,13 @@ RunSummary Trainer::run() {
     metrics.write(epoch_json);
     progress.end_epoch(record);
     const bool last = epoch + 1 == t.epochs;
-    const int signal = last ? 0 : control().first;
+    const auto [signal, time_due] = last ? std::pair<int, bool>{0, false} : control();
+    // A step or clock checkpoint that falls on the epoch's last step is this epoch checkpoint.
+    const bool step_due =
+        t.checkpoint_every_steps > 0 && global_step % t.checkpoint_every_steps == 0;
     // Every rank takes part (the strategy's state may be gathered); rank 0 writes.
     if (strategy_->keeps_checkpoints() &&
-        (last || signal != 0 ||
+        (last || signal != 0 || step_due || time_due ||
          (t.checkpoint_every > 0 && (epoch + 1) % t.checkpoint_every == 0))) {
       save(epoch + 1, 0, EpochCarry{}, /*fatal=*/last || signal != 0);
       since_checkpoint.reset();

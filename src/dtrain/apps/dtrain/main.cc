@@ -152,10 +152,10 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     // The run's estimate (train/memory_budget.h) counts parameters, gradients and optimizer
     // state, not activations or scratch: what it let through still did not fit.
-    fmt::print(stderr,
-               "error: memory ran out (std::bad_alloc); the start-up estimate counts parameters, "
-               "gradients and optimizer state but not activations: use a smaller model or "
-               "train.batch_size, fewer workers per process, or --zero-stage 1\n");
+    report(
+        "error: memory ran out (std::bad_alloc); the start-up estimate counts parameters, "
+        "gradients and optimizer state but not activations: use a smaller model or "
+        "train.batch_size, fewer workers per process, or --zero-stage 1");
     return finish(2);
   } catch (const std::exception& e) {
     report(fmt::format("error: internal: {}", one_line(e.what())));

@@ -180,8 +180,12 @@ int supervise_training(const TrainFlags& flags, const std::string& run_dir,
       if (failed_rank == train::kGrowRestart && *workers < max_workers) ++*workers;
       if (lost && *workers > min_workers) --*workers;
     }
-    // Before its resolved.toml exists the run has nothing to resume: start it as it was started.
-    if (!fs::exists(fs::path(run_dir) / "resolved.toml") && *workers == initial) return first;
+    // Before its resolved.toml exists the run has nothing to resume: start it as it was started
+    // (with the workers it started with).
+    if (!fs::exists(fs::path(run_dir) / "resolved.toml")) {
+      *workers = initial;
+      return first;
+    }
     std::vector<std::string> command = launcher;
     if (elastic && np_at >= 0) command[static_cast<std::size_t>(np_at)] = std::to_string(*workers);
     command.insert(command.end(), {self, "train", "--resume", run_dir});

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/log.h"
+#include "dtrain/base/stop_request.h"
 #include "dtrain/base/timer.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/train/atomic_file.h"
@@ -119,7 +121,18 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
   double best_accuracy = 0.0;
   HogwildFigures last_train;
   std::optional<HogwildFigures> last_test;
-  if (options.resume) {
+  // As the Trainer does (trainer.cc): a run stopped before its first checkpoint starts over, and
+  // one stopped after its last but before summary.json writes the summary from it.
+  bool resume = options.resume;
+  if (resume && !checkpoints.has_any()) {
+    resume = false;
+    log::info(
+        "{} holds no checkpoint yet (the run stopped before its first): training it from "
+        "the beginning",
+        (dir / "checkpoints").string());
+    drop_records_after((dir / "metrics.jsonl").string(), 0);
+  }
+  if (resume) {
     // The shared parameters as the checkpoint's epoch left them (plain SGD keeps no other state).
     const VerifiedCheckpoint verified = checkpoints.newest_good();
     const Checkpoint& checkpoint = verified.checkpoint;
@@ -142,11 +155,17 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
     best_accuracy = checkpoint.scalar("best_test_accuracy", 0.0);
     last_train.loss = checkpoint.scalar("final_train_loss", 0.0);
     last_train.accuracy = checkpoint.scalar("final_train_accuracy", 0.0);
+    last_test = engine.evaluate_test();  // of the checkpoint's parameters: its epoch's figures
     for (std::size_t i = 0; i < targets.targets().size(); ++i) {
       const double seconds = checkpoint.scalar(tta_scalar(targets.targets()[i]), kNotReached);
       if (seconds >= 0.0) targets.set_reached(i, seconds);
     }
-    if (start_epoch >= t.epochs) {
+    if (start_epoch >= t.epochs && !fs::exists(dir / "summary.json")) {
+      log::info(
+          "{} is the run's last checkpoint and summary.json is missing: writing the summary "
+          "from it",
+          verified.path);
+    } else if (start_epoch >= t.epochs) {
       throw ConfigError(fmt::format(
           "checkpoint {} is at epoch {} and train.epochs = {}: nothing left to train; pass "
           "--epochs N with N > {} to train further",
@@ -155,7 +174,7 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
     drop_records_after((dir / "metrics.jsonl").string(), start_epoch);
   }
   write_file_atomically((dir / "resolved.toml").string(), to_toml(config));
-  MetricsLog metrics((dir / "metrics.jsonl").string(), options.resume);
+  MetricsLog metrics((dir / "metrics.jsonl").string(), resume);
   Progress progress(options.out, Progress::detect_style(options.out, options.quiet), t.epochs);
   progress.message(
       fmt::format("dtrain: hogwild {} ({} parameters) on {} ({}), {} threads without locks, {} "
@@ -167,7 +186,7 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
                   t.checkpoint_every > 0
                       ? fmt::format("every {} epoch(s) and after the last", t.checkpoint_every)
                       : std::string("after the last epoch")));
-  if (options.resume) {
+  if (resume) {
     progress.message(fmt::format("resuming at epoch {} ({} updates)", start_epoch + 1, updates));
   }
   auto elapsed = [&] { return previous_wall + wall.seconds(); };
@@ -195,7 +214,7 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
     c.param_table = engine.param_entries();
     const std::span<float> weights = engine.weights();
     c.params.assign(weights.begin(), weights.end());
-    checkpoints.save(c);
+    return checkpoints.save(c);
   };
 
   std::vector<double> epoch_rates;
@@ -246,8 +265,22 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
                                 100.0 * last_test->accuracy)
                   : std::string(),
         lr, epoch.updates_per_second, epoch.seconds));
-    if (e + 1 == t.epochs || (t.checkpoint_every > 0 && (e + 1) % t.checkpoint_every == 0)) {
-      save(e + 1);
+    // SIGTERM / SIGINT (base/stop_request.h): the threads share no step to stop at, so the run
+    // stops at the epoch's end with a checkpoint there.
+    const int signal = stop_requested();
+    std::string saved;
+    if (e + 1 == t.epochs || signal != 0 ||
+        (t.checkpoint_every > 0 && (e + 1) % t.checkpoint_every == 0)) {
+      saved = save(e + 1);
+    }
+    if (signal != 0 && e + 1 < t.epochs) {
+      log::warn(
+          "stopped by {} after epoch {} of {}: checkpoint {}; continue with `dtrain train "
+          "--resume {}`",
+          stop_signal_name(signal), e + 1, t.epochs, saved, dir.string());
+      RunSummary stopped;
+      stopped.stopped_by_signal = signal;
+      return stopped;
     }
   }
 

@@ -194,9 +194,24 @@ int supervise(const SupervisorOptions& options) {
     }
     const int status = wait_child(pid, forwarded, grow, growing);
     const double ran = attempt.seconds();
-    if (growing && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    // A run that wrote its summary.json during this attempt had finished: a process that died
+    // after that (an mpirun job torn down at its end, a grow stop that came too late) costs
+    // nothing, and a restart would find nothing left to train.
+    const fs::path summary = fs::path(options.run_dir) / "summary.json";
+    if (status != 0 && fs::exists(summary, ec) &&
+        fs::last_write_time(summary, ec) >= attempt_start) {
+      log::warn("supervisor: the run ended with {} after it completed ({} is written): done",
+                describe_wait_status(status), summary.string());
+      return 0;
+    }
+    const bool stopped_for_grow =
+        (WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM) ||
+        (WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) ||
+        (options.child_is_launcher && !(WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    if (growing && stopped_for_grow) {
       // Stopped by us to take a worker back (dtrain exits 143; mpirun, which passed the signal
-      // on, exits with its own status): not a failure, not counted.
+      // on, exits with its own status): not a failure, not counted. Another ending in the same
+      // window is handled as any other below.
       command = options.restart_command(launch + 1, kGrowRestart);
       const nlohmann::json record = {{"restart", launch + 1},
                                      {"at", now_iso8601()},
@@ -216,15 +231,6 @@ int supervise(const SupervisorOptions& options) {
     if (forwarded != 0 || !restartable(status)) return exit_code_of(status);
     const std::string cause_line = last_error_line(error_file);
     const std::string how = describe_wait_status(status);
-    // A run that wrote its summary.json during this attempt had finished: a process that died
-    // after that (an mpirun job torn down at its end) costs nothing, and a restart would find
-    // nothing left to train.
-    const fs::path summary = fs::path(options.run_dir) / "summary.json";
-    if (fs::exists(summary, ec) && fs::last_write_time(summary, ec) >= attempt_start) {
-      log::warn("supervisor: the run ended with {} after it completed ({} is written): done", how,
-                summary.string());
-      return 0;
-    }
     if (restart >= options.max_restarts) {
       log::warn("supervisor: the run ended with {} and all {} restarts are spent; giving up ({})",
                 how, options.max_restarts, log_path);

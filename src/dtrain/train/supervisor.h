@@ -43,6 +43,9 @@ struct SupervisorOptions {
   // logged but do not count against max_restarts. Null: never.
   std::function<bool()> can_grow;
   double grow_after_seconds = 30.0;
+  // The child is a launcher (mpirun) that ends with a status of its own when the signal it passed
+  // on stopped dtrain: any non-zero status then ends a grow stop, not only dtrain's 143.
+  bool child_is_launcher = false;
   std::string run_dir;  // holds restarts.jsonl, metrics.jsonl and checkpoints/
   int max_restarts = 0;
   // Before a restart: backoff_seconds x 2^k, at most 30 s, where k counts the failures in a row

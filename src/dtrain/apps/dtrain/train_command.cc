@@ -199,6 +199,7 @@ int supervise_training(const TrainFlags& flags, const std::string& run_dir,
     options.can_grow = [=] { return *workers < max_workers; };
     options.grow_after_seconds = flags.grow_after;
   }
+  options.child_is_launcher = !launcher.empty();
   return train::supervise(options);
 }
 

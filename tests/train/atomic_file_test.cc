@@ -14,53 +14,17 @@
 #include "dtrain/base/error.h"
 #include "dtrain/train/metrics.h"
 #include "dtrain/train/trace.h"
+#include "file_size_limit.h"
+#include "temp_dir.h"
 
 namespace dtrain::train {
 namespace {
 
 namespace fs = std::filesystem;
+using dtrain::testing::FileSizeLimit;
+using dtrain::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            fmt::format("dtrain_atomic_{}_{}_{}", info->name(), ::getpid(), counter_++);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
-
-// RLIMIT_FSIZE for the scope: writes past `bytes` fail (EFBIG) as they would on a full disk.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &saved_);
-    saved_handler_ = std::signal(SIGXFSZ, SIG_IGN);
-    rlimit limit = saved_;
-    limit.rlim_cur = bytes;
-    ::setrlimit(RLIMIT_FSIZE, &limit);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &saved_);
-    std::signal(SIGXFSZ, saved_handler_);
-  }
-  FileSizeLimit(const FileSizeLimit&) = delete;
-  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
-
- private:
-  rlimit saved_{};
-  void (*saved_handler_)(int) = nullptr;
-};
 
 std::int64_t count_lines(const std::string& text) {
   return static_cast<std::int64_t>(std::count(text.begin(), text.end(), '\n'));

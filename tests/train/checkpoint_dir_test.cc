@@ -13,35 +13,19 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/train/atomic_file.h"
+#include "file_size_limit.h"
+#include "temp_dir.h"
 
 namespace dtrain::train {
 namespace {
 
 namespace fs = std::filesystem;
+using dtrain::testing::FileSizeLimit;
+using dtrain::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-// A fresh folder under the system temp dir, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            fmt::format("dtrain_ckptdir_{}_{}_{}", info->name(), ::getpid(), counter_++);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-  const std::string folder() const { return path_.string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
 
 // A small checkpoint at `epochs` complete epochs and, when `step` > 0, inside the next epoch.
 Checkpoint make_checkpoint(std::int64_t epochs, std::int64_t step = 0) {
@@ -109,29 +93,6 @@ void flip_byte(const std::string& path, std::size_t at) {
 }
 
 void truncate_file(const std::string& path, std::size_t size) { fs::resize_file(path, size); }
-
-// Sets RLIMIT_FSIZE for the scope (a file may not grow beyond `bytes`: writes past it fail with
-// EFBIG, the way a full disk fails them with ENOSPC), with SIGXFSZ ignored.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &saved_);
-    saved_handler_ = std::signal(SIGXFSZ, SIG_IGN);
-    rlimit limit = saved_;
-    limit.rlim_cur = bytes;
-    ::setrlimit(RLIMIT_FSIZE, &limit);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &saved_);
-    std::signal(SIGXFSZ, saved_handler_);
-  }
-  FileSizeLimit(const FileSizeLimit&) = delete;
-  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
-
- private:
-  rlimit saved_{};
-  void (*saved_handler_)(int) = nullptr;
-};
 
 TEST(CheckpointDir, NamesComeFromTheContent) {
   EXPECT_EQ(CheckpointDir::file_name(make_checkpoint(2)), "epoch-2.ckpt");

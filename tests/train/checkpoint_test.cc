@@ -11,32 +11,15 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/train/atomic_file.h"
+#include "temp_dir.h"
 
 namespace dtrain::train {
 namespace {
 
 namespace fs = std::filesystem;
+using dtrain::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-// A fresh folder under the system temp dir, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            fmt::format("dtrain_ckpt_{}_{}_{}", info->name(), ::getpid(), counter_++);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
 
 // A store shaped like a tiny model: two parameters and one buffer.
 nn::ParamStore make_store(std::int64_t hidden = 3) {

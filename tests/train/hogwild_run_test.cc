@@ -14,25 +14,13 @@
 #include "dtrain/base/error.h"
 #include "dtrain/train/checkpoint.h"
 #include "dtrain/train/checkpoint_dir.h"
+#include "temp_dir.h"
 
 namespace dtrain::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A fresh folder under the system temp dir, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / fmt::format("dtrain_hogwild_{}", ::getpid())) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using dtrain::testing::TempDir;
 
 Config sparse_config(int threads, std::int64_t epochs) {
   Config c;

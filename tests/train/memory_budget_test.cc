@@ -44,7 +44,7 @@ TEST(MemoryBudget, UnderBudgetPasses) {
   EXPECT_FALSE(memory_shortfall(need, AvailableMemory{}).has_value());  // unknown: not refused
 }
 
-TEST(MemoryBudget, OverBudgetNamesEachPartAndWhatToDo) {
+TEST(MemoryBudget, OverBudgetNamesEachPartAndTheRemedy) {
   MemoryNeed need;
   need.parameters = 924'000'000;
   need.optimizer = "adam";

@@ -717,9 +717,8 @@ Work Communicator::submit(Call call) {
   return work;
 }
 
-void Communicator::point_to_point(bool is_send, void* data, std::int64_t count, DType dtype,
-                                  int peer, std::uint64_t tag) {
-  const char* what = is_send ? "send" : "recv";
+void Communicator::check_point_to_point(const char* what, std::int64_t count, int peer,
+                                        std::uint64_t tag) const {
   if (count < 0)
     throw ShapeError(fmt::format("rank {}: {}: count {} is negative", rank(), what, count));
   if (peer < 0 || peer >= size()) {
@@ -730,6 +729,12 @@ void Communicator::point_to_point(bool is_send, void* data, std::int64_t count, 
     throw ConfigError(fmt::format("rank {}: {}: tag {:#x} must be below 2^{}", rank(), what, tag,
                                   kCommunicatorIdShift));
   }
+}
+
+void Communicator::point_to_point(bool is_send, void* data, std::int64_t count, DType dtype,
+                                  int peer, std::uint64_t tag) {
+  const char* what = is_send ? "send" : "recv";
+  check_point_to_point(what, count, peer, tag);
   const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
   Stopwatch watch;
   const Clock::time_point start = Clock::now();
@@ -763,16 +768,7 @@ void Communicator::point_to_point(bool is_send, void* data, std::int64_t count, 
 PendingMessage Communicator::post_point_to_point(bool is_send, void* data, std::int64_t count,
                                                  DType dtype, int peer, std::uint64_t tag) {
   const char* what = is_send ? "isend" : "irecv";
-  if (count < 0)
-    throw ShapeError(fmt::format("rank {}: {}: count {} is negative", rank(), what, count));
-  if (peer < 0 || peer >= size()) {
-    throw ConfigError(
-        fmt::format("rank {}: {}: peer {} out of range [0, {})", rank(), what, peer, size()));
-  }
-  if (tag >= kPointToPointTagLimit) {
-    throw ConfigError(fmt::format("rank {}: {}: tag {:#x} must be below 2^{}", rank(), what, tag,
-                                  kCommunicatorIdShift));
-  }
+  check_point_to_point(what, count, peer, tag);
   const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
   PendingMessage message;
   message.comm_ = this;

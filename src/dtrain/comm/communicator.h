@@ -318,6 +318,10 @@ class Communicator {
   Call make_neighbor_call(const void* input, void* output, std::int64_t count, DType dtype,
                           const Topology& topology, std::int64_t step,
                           const CollectiveOptions& options);
+  // The arguments of a point-to-point call `what` (send, recv, isend, irecv): ShapeError for a
+  // negative count, ConfigError for a peer out of range or a tag at or above 2^47.
+  void check_point_to_point(const char* what, std::int64_t count, int peer,
+                            std::uint64_t tag) const;
   void point_to_point(bool is_send, void* data, std::int64_t count, DType dtype, int peer,
                       std::uint64_t tag);
   // The checks of point_to_point, then the posted transport request.

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <set>
+#include <utility>
+
+#include "dtrain/base/error.h"
 
 namespace dtrain::train {
 
@@ -50,6 +53,16 @@ PerRankState split_per_rank(std::vector<optim::StateTensor>& state, int rank) {
   }
   out.writers = writers.size();
   return out;
+}
+
+void check_per_rank_writers(const PerRankState& split, int world, const std::string& path,
+                            const std::string& holds, const std::string& own) {
+  if (split.writers == 0 || std::cmp_equal(split.writers, world)) return;
+  throw CheckpointError(fmt::format(
+      "checkpoint {} holds {} of {} ranks, and this run has {}; each rank's {} its own, so "
+      "resume with {} ranks (or start a new run from the checkpoint's averaged parameters with "
+      "--config)",
+      path, holds, split.writers, world, own, split.writers));
 }
 
 }  // namespace dtrain::train

@@ -32,4 +32,11 @@ struct PerRankState {
 // Splits a checkpoint's state into this rank's part (moved out of `state`).
 PerRankState split_per_rank(std::vector<optim::StateTensor>& state, int rank);
 
+// CheckpointError when the checkpoint at `path` holds the per-rank state of `split.writers` ranks
+// (none: a checkpoint of synchronous training, accepted) and this run has `world`: `holds` says
+// what it holds ("the replicas"), `own` what is each rank's own, with its verb ("momentum is").
+// Every rank reads the same file and so fails alike: no rank goes on to wait for the others.
+void check_per_rank_writers(const PerRankState& split, int world, const std::string& path,
+                            const std::string& holds, const std::string& own);
+
 }  // namespace dtrain::train

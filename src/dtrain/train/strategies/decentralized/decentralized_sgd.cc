@@ -293,14 +293,8 @@ void DecentralizedSgd::restore_state(std::vector<optim::StateTensor> state,
     Strategy::restore_state(std::move(state), optimizer_steps, optimizer, path);
     return;
   }
-  // Every rank reads the same file and so fails alike: no rank goes on to wait for the others.
-  if (std::cmp_not_equal(split.writers, context_.world)) {
-    throw CheckpointError(fmt::format(
-        "checkpoint {} holds the replicas of {} ranks, and this run has {}; each rank's "
-        "parameters and optimizer state are its own, so resume with {} ranks (or start a new run "
-        "from the checkpoint's averaged parameters with --config)",
-        path, split.writers, context_.world, split.writers));
-  }
+  check_per_rank_writers(split, context_.world, path, "the replicas",
+                         "parameters and optimizer state are");
   std::vector<optim::StateTensor> optimizer_state;
   for (optim::StateTensor& tensor : split.mine) {
     if (tensor.name == kParams) {

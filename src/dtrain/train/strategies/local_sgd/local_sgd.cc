@@ -124,14 +124,8 @@ void LocalSgd::restore_state(std::vector<optim::StateTensor> state, std::int64_t
     Strategy::restore_state(std::move(state), optimizer_steps, optimizer, path);
     return;
   }
-  // Every rank reads the same file and so fails alike: no rank goes on to wait for the others.
-  if (std::cmp_not_equal(split.writers, context_.world)) {
-    throw CheckpointError(fmt::format(
-        "checkpoint {} holds the local SGD optimizer state of {} ranks, and this run has {}; each "
-        "rank's momentum is its own, so resume with {} ranks (or start a new run from the "
-        "checkpoint's averaged parameters with --config)",
-        path, split.writers, context_.world, split.writers));
-  }
+  check_per_rank_writers(split, context_.world, path, "the local SGD optimizer state",
+                         "momentum is");
   Strategy::restore_state(std::move(split.mine), optimizer_steps, optimizer, path);
 }
 

@@ -452,11 +452,35 @@ RunSummary Trainer::run() {
   const double first_cost =
       1e-3 + static_cast<double>(model_->store().num_params()) * 4.0 * 3.0 / 500e6;
   Stopwatch since_checkpoint;
+  const bool on_a_clock = t.checkpoint_every_seconds > 0.0 || t.mtbf_hours > 0.0;
   auto interval_seconds = [&] {
+    if (!on_a_clock) return 0.0;  // no lock on the writer per step when no clock is set
     const auto written = background ? background->last_write() : std::nullopt;
     return checkpoint_interval_seconds(t,
                                        written ? snapshot_seconds + written->second : first_cost);
   };
+  if (on_a_clock || t.checkpoint_every_steps > 0) {
+    // The rule beside its figure: Young/Daly's interval from the estimated cost C.
+    std::string rules;
+    if (t.checkpoint_every_steps > 0)
+      rules = fmt::format("every {} steps", t.checkpoint_every_steps);
+    if (t.checkpoint_every_seconds > 0.0) {
+      rules +=
+          fmt::format("{}every {:g} s", rules.empty() ? "" : " and ", t.checkpoint_every_seconds);
+    } else if (t.mtbf_hours > 0.0) {
+      rules += fmt::format(
+          "{}every sqrt(2 C MTBF) = sqrt(2 x {:.3g} s x {:.4g} s) = {:.3g} s (Young/Daly; C, a "
+          "checkpoint's cost, estimated from its bytes, then measured at each one)",
+          rules.empty() ? "" : " and ", first_cost, t.mtbf_hours * 3600.0,
+          checkpoint_interval_seconds(t, first_cost));
+    }
+    progress.message(mid_epoch ? fmt::format("checkpoints inside epochs: {}, written in the "
+                                             "background",
+                                             rules)
+                               : fmt::format("checkpoints inside epochs ({}) are not taken: {} "
+                                             "checkpoints at epoch ends only (docs/FAULTS.md)",
+                                             rules, strategy_->name()));
+  }
   // {the signal that asks for a stop, whether a clock checkpoint is due}: the same on every rank.
   auto control = [&]() -> std::pair<int, bool> {
     const double interval = writer ? interval_seconds() : 0.0;

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/split.h"
 
 namespace dtrain::train {
 namespace {
@@ -32,10 +33,7 @@ FaultSpec parse_fault(const std::string& text) {
   if (text.empty()) return spec;
   bool has_rank = false;
   bool has_step = false;
-  std::size_t begin = 0;
-  while (begin <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', begin), text.size());
-    const std::string part = text.substr(begin, comma - begin);
+  for (const std::string& part : split(text, ',')) {
     const std::size_t eq = part.find('=');
     const std::string key = part.substr(0, eq);
     const std::string value = eq == std::string::npos ? "" : part.substr(eq + 1);
@@ -49,7 +47,6 @@ FaultSpec parse_fault(const std::string& text) {
       throw ConfigError(
           fmt::format("fault '{}': unknown key '{}'; the form is rank=R,step=S", text, key));
     }
-    begin = comma + 1;
   }
   if (!has_rank || !has_step) {
     throw ConfigError(fmt::format("fault '{}' needs both rank and step: rank=R,step=S", text));

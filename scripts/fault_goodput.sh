@@ -4,19 +4,28 @@
 # kill -9 of the training process every 20 step-times; prints the goodput (uninterrupted wall /
 # wall with failures), the time from each kill to the first step after the restart, the steps each
 # restart lost, and whether the final parameters equal the uninterrupted run's.
-# Usage: scripts/fault_goodput.sh [CHECKPOINT_EVERY_STEPS=1]   (build/dtrain must exist)
+# Goodput is given against both references: the same run without failures (what the failures
+# cost) and the run without failures and without checkpoints (what fault tolerance costs in all).
+# Usage: scripts/fault_goodput.sh [DISK_EVERY_STEPS=1] [MEMORY_EVERY_STEPS=0]
+#   (train.checkpoint_every_steps and train.memory_checkpoint_every_steps; build/dtrain must exist)
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 D="$ROOT/build/dtrain"
 CK=${1:-1}
+MEM=${2:-0}
 OUT=$(mktemp -d)
 trap 'pkill -9 -f "$OUT" 2> /dev/null; rm -rf "$OUT"' EXIT
 cd "$ROOT"
-RUN=(--config examples/fortunes_gpt.toml --set data.text_windows=3840 --set train.eval_every_steps=0
-     --set train.log_every=1 --threads 2 --quiet --set train.checkpoint_every_steps="$CK")
+BARE=(--config examples/fortunes_gpt.toml --set data.text_windows=3840 --set train.eval_every_steps=0
+      --set train.log_every=1 --threads 2 --quiet)
+RUN=("${BARE[@]}" --set train.checkpoint_every_steps="$CK"
+     --set train.memory_checkpoint_every_steps="$MEM")
+/usr/bin/time -f "%e" -o "$OUT/bare.time" "$D" train "${BARE[@]}" --out "$OUT/bare"
+bare=$(cat "$OUT/bare.time")
 /usr/bin/time -f "%e" -o "$OUT/ref.time" "$D" train "${RUN[@]}" --out "$OUT/ref"
 ref=$(cat "$OUT/ref.time")
-step=$(python3 -c "import json; print(json.load(open('$OUT/ref/summary.json'))['step_seconds_median'])")
+echo "without checkpoints: $bare s; with them (disk every $CK steps, memory every $MEM): $ref s"
+step=$(python3 -c "import json; print(json.load(open('$OUT/bare/summary.json'))['step_seconds_median'])")
 every=$(python3 -c "print(20 * $step)")
 echo "uninterrupted: $ref s; median step $step s; a kill every 20 step-times = $every s"
 start=$(date +%s.%N)
@@ -67,7 +76,9 @@ PY
 done
 wait "$supervisor" || echo "the supervised run failed: $(tail -1 "$OUT/f.err")"
 wall=$(python3 -c "print(round($(date +%s.%N) - $start, 2))")
-echo "with failures: $wall s, ${#restarts[@]} kills; goodput $(python3 -c "print(round($ref / $wall, 3))")"
+echo "with failures: $wall s, ${#restarts[@]} kills; goodput $(python3 -c "print(round($ref / $wall, 3))")" \
+  "against the same run without failures, $(python3 -c "print(round($bare / $wall, 3))") against" \
+  "the run without checkpoints"
 echo "kill -> first step after the restart (s): ${restarts[*]}"
 python3 - "$OUT" <<'PY'
 import json, struct, sys

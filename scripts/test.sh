@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to the whole test suite: installs what is missing,
 # builds Release and runs every test (ctest: unit, layering, end-to-end training to the accuracy
-# targets), then builds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer and runs
-# them, then the multi-threaded kernels' and the in-process collectives' tests under ThreadSanitizer.
+# targets), installs the build into a temporary prefix and builds and runs examples/cpp against
+# it, then builds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer and runs them,
+# then the multi-threaded kernels' and the in-process collectives' tests under ThreadSanitizer.
 # .ci/run runs exactly this. Set DTRAIN_SKIP_SANITIZERS=1 to skip the sanitizer builds.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,7 +11,12 @@ source "$ROOT/scripts/setup.sh"
 JOBS="$(nproc)"
 
 echo "== tests (Release) ==" >&2
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" -LE install
+
+# cmake --install into a temporary prefix, examples/cpp built against it with find_package(dtrain)
+# and run: a model defined in code must train on two workers (docs/LIBRARY.md).
+echo "== installed library: examples/cpp against cmake --install ==" >&2
+bash "$ROOT/tests/apps/library_e2e_test.sh" "$BUILD_DIR/dtrain"
 
 if [[ "${DTRAIN_SKIP_SANITIZERS:-0}" != "1" ]]; then
   echo "== unit tests under ASan + UBSan ==" >&2

@@ -14,7 +14,10 @@ cd "$ROOT"
 source "$ROOT/tests/apps/e2e_helpers.sh"  # fail, expect_error
 CONFIG=examples/synthetic_quick.toml
 # --zero-stage 0: the uncompressed baseline is a plain allreduce, as every compressed run is.
-QUICK=(--set data.synthetic_samples=2048 --epochs 2 --quiet --workers 2 --zero-stage 0)
+# No checkpoints: a checkpoint allgathers every rank's error-feedback residual ((P-1) x 4N bytes
+# per rank), which would count among the steps' bytes compared with the formula here.
+QUICK=(--set data.synthetic_samples=2048 --epochs 2 --quiet --workers 2 --zero-stage 0
+       --set train.checkpoint_every=0)
 
 for codec in none fp16 topk:0.05 powersgd:2; do
   "$DTRAIN" train --config $CONFIG "${QUICK[@]}" --compression $codec --out "$TMP/${codec/:/_}" \
@@ -48,7 +51,54 @@ echo "ok: none, fp16, topk:0.05 and powersgd:2 learn and send the bytes of their
   fail "sweep --compression: $(cat "$TMP/sweep.txt")"
 [[ $(grep -c "data_parallel.compression=" "$TMP/sweep/sweep.csv") -eq 3 ]] ||
   fail "sweep.csv lacks the three codecs: $(cat "$TMP/sweep/sweep.csv")"
-echo "ok: dtrain sweep --compression none,sign,qsgd:4"
+grep -q "predicted step time = compute + codec" "$TMP/sweep.txt" ||
+  fail "sweep --compression printed no predicted step times: $(cat "$TMP/sweep.txt")"
+python3 - "$TMP/sweep/step_time_model.json" <<'PY' || fail "step_time_model.json"
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert [r["codec"] for r in m["rows"]] == ["none", "sign", "qsgd:4"], m
+assert m["alpha_seconds"] > 0 and m["beta_seconds_per_byte"] > 0, m
+for r in m["rows"]:
+    total = r["compute_seconds"] + r["codec_seconds"] + r["comm_seconds"]
+    assert abs(r["predicted_step_seconds"] - total) < 1e-12, r
+    assert r["measured_step_seconds"] > 0 and r["predicted_fp16_step_seconds"] > 0, r
+    assert (r["codec_seconds"] == 0) == (r["codec"] == "none"), r
+PY
+echo "ok: dtrain sweep --compression none,sign,qsgd:4, with predicted step times"
+
+# Parameter servers (docs/PS.md, "Compression"): pushes through the codec, pulls cast to fp16, for
+# bsp, async and ssp over 2 servers; each push and pull carries exactly its formula's bytes.
+for consistency in bsp async ssp; do
+  "$DTRAIN" train --config $CONFIG --set data.synthetic_samples=2048 --epochs 2 \
+    --strategy parameter_server --workers 2 --servers 2 --consistency $consistency \
+    --compression topk:0.05 --set parameter_server.pull_compression=fp16 --out "$TMP/ps_$consistency" \
+    > "$TMP/ps_$consistency.err" 2>&1 || fail "ps $consistency topk: $(cat "$TMP/ps_$consistency.err")"
+done
+"$DTRAIN" train --config $CONFIG --set data.synthetic_samples=2048 --epochs 2 --quiet \
+  --strategy parameter_server --workers 2 --servers 2 --out "$TMP/ps_none" > "$TMP/ps_none.err" 2>&1 ||
+  fail "ps uncompressed: $(cat "$TMP/ps_none.err")"
+python3 - "$TMP" <<'PY' || fail "compressed parameter-server runs"
+import json, sys
+plain = json.load(open(f"{sys.argv[1]}/ps_none/summary.json"))["parallel"]
+assert plain["bytes_per_push"] == plain["predicted_bytes_per_push"], plain
+for c in ("bsp", "async", "ssp"):
+    s = json.load(open(f"{sys.argv[1]}/ps_{c}/summary.json"))
+    p = s["parallel"]
+    assert p["compression"] == "topk:0.05" and p["pull_compression"] == "fp16", p
+    assert p["error_feedback"] is True, p
+    assert p["bytes_per_push"] == p["predicted_bytes_per_push"], (c, p)
+    assert p["bytes_per_pull"] == p["predicted_bytes_per_pull"], (c, p)
+    assert p["bytes_per_push"] < 0.15 * plain["bytes_per_push"], (c, p, plain)
+    assert p["bytes_per_pull"] < 0.55 * plain["bytes_per_pull"], (c, p, plain)
+    assert s["final_test_accuracy"] > 0.5, (c, s["final_test_accuracy"])
+PY
+grep -q "pushes compressed, topk:0.05 decoded by the servers, error feedback on" "$TMP/ps_bsp.err" ||
+  fail "no banner line for compressed pushes: $(cat "$TMP/ps_bsp.err")"
+expect_error "parameter_server.compression.*powersgd:2.*one worker's push" train --config $CONFIG \
+  --strategy parameter_server --compression powersgd:2 --out "$TMP/bad_ps1"
+expect_error "pull_compression.*topk" train --config $CONFIG --strategy parameter_server \
+  --set parameter_server.pull_compression=topk:0.1 --out "$TMP/bad_ps2"
+echo "ok: parameter servers push topk:0.05 and pull fp16 (bsp, async, ssp) at their formulas' bytes"
 
 MPIRUN=(mpirun --oversubscribe)
 [[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)

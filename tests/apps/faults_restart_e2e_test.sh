@@ -90,6 +90,21 @@ for line in open(sys.argv[1]):
 PY
 echo "ok: kill -9 under the supervisor (2 thread ranks): bitwise equal to the uninterrupted run"
 
+# Tier 1: a memory checkpoint every step (train.memory_checkpoint_every_steps) besides the disk
+# checkpoints every 20: the restarts resume from memory (at most a step lost), the run ends
+# bitwise equal, and a finished run leaves nothing in the memory folder.
+mkdir -p "$TMP/shm"
+supervised_kills "$TMP/memory" --workers 2 --set train.memory_checkpoint_every_steps=1 \
+  --set "train.memory_checkpoint_folder=\"$TMP/shm\""
+python3 - "$TMP/memory/restarts.jsonl" <<'PY' || fail "the restarts did not resume from memory"
+import json, sys
+log = [json.loads(l) for l in open(sys.argv[1])]
+assert any("#slot" in (r.get("checkpoint") or "") for r in log), log
+assert all(r["steps_lost_at_least"] <= 1 for r in log if "#slot" in (r.get("checkpoint") or "")), log
+PY
+[[ -z "$(ls -A "$TMP/shm")" ]] || fail "a finished run left $(ls "$TMP/shm") in its memory folder"
+echo "ok: memory checkpoints: restarts resume from memory, bitwise equal, nothing left behind"
+
 if command -v mpirun > /dev/null; then
   supervised_kills "$TMP/mpi" --mpirun "--oversubscribe --allow-run-as-root -np 2"
   echo "ok: kill -9 of one of 2 mpirun processes: the job restarts and ends bitwise equal"

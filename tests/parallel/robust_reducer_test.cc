@@ -110,11 +110,20 @@ std::vector<std::vector<float>> by_hand(const RobustOptions& options, int ranks,
     aggregators.push_back(
         aggregate::parse_aggregator(options.aggregator, options.byzantine, options.seed));
   }
+  // Worker momentum: each rank's row is its momentum m_r = beta m_r + P g_r.
+  std::vector<std::vector<float>> momenta(buckets.size());
   std::vector<std::vector<float>> out;
   for (int step = 0; step < steps; ++step) {
     std::vector<float> result(static_cast<std::size_t>(total(buckets)));
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       std::vector<float> rows = honest_rows(ranks, step, buckets[b]);
+      if (options.worker_momentum > 0.0f) {
+        momenta[b].resize(rows.size(), 0.0f);
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+          momenta[b][i] = options.worker_momentum * momenta[b][i] + rows[i];
+          rows[i] = momenta[b][i];
+        }
+      }
       if (options.attack != "none") {
         attack_by_hand(options.attack, options.byzantine, ranks, step, buckets[b].count, rows);
       }
@@ -195,6 +204,36 @@ INSTANTIATE_TEST_SUITE_P(Attacks, RobustReducerSweep,
                                             ::testing::Values("signflip", "scale:-10", "alie",
                                                               "ipm", "noise:0.5"),
                                             ::testing::Values(1, 2), ::testing::Values(false)));
+
+// Worker momentum (Karimireddy et al. 2021): each rank sends m_r = beta m_r + P g_r and the
+// aggregator combines the momenta, bit for bit as by hand, attacked or not; its state goes out and
+// comes back whole.
+TEST(RobustReducer, WorkerMomentumAggregatesEachRanksMomentum) {
+  for (const auto& [aggregator, attack] : std::vector<std::pair<std::string, std::string>>{
+           {"median", "none"}, {"cclip", "alie"}, {"mean", "signflip"}, {"trimmed:0.25", "none"}}) {
+    SCOPED_TRACE(aggregator + " " + attack);
+    RobustOptions options{aggregator, attack, attack == "none" ? 0 : 1, kSeed, 0.9f};
+    for (bool async : {false, true}) {
+      expect_all_equal(run_reducer(robust_reducer(options), 4, 4, async), by_hand(options, 4, 4),
+                       aggregator);
+    }
+  }
+  comm::spawn_ranks(2, [&](comm::Communicator& comm) {
+    const std::vector<GradientBucket> buckets = odd_buckets();
+    auto model = small_mlp();
+    RobustReducer reducer(ReducerContext{comm, *model, buckets, {}},
+                          RobustOptions{"median", "none", 0, kSeed, 0.5f});
+    std::vector<float> grads = gradient(comm.rank(), 0, total(buckets));
+    for (const GradientBucket& b : buckets) reducer.reduce(b, grads.data() + b.offset);
+    const std::vector<float> saved = reducer.momentum();
+    EXPECT_EQ(saved.size(), static_cast<std::size_t>(total(buckets)));
+    RobustReducer restored(ReducerContext{comm, *model, buckets, {}},
+                           RobustOptions{"median", "none", 0, kSeed, 0.5f});
+    restored.load_momentum(saved);
+    EXPECT_EQ(restored.momentum(), saved);
+    EXPECT_THROW(restored.load_momentum(std::vector<float>(3)), InternalError);
+  });
+}
 
 TEST(RobustReducer, AnAttackReplacesExactlyTheLastFRanksRows) {
   const std::vector<GradientBucket> buckets = odd_buckets();

@@ -49,7 +49,7 @@ inline PsRun run_ps(int workers, int servers, std::int64_t keys, const ServerOpt
     // Workers wait longer than servers, so that a server's verdict naming a missing worker
     // reaches them before their own deadlines pass.
     Client client(comm.transport(), layout, server_ranks, workers,
-                  2 * options.timeout + std::chrono::seconds(1));
+                  2 * options.timeout + std::chrono::seconds(1), options.compression);
     worker_fn(client, rank);
     if (server_thread.joinable()) server_thread.join();
   });

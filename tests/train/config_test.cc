@@ -326,6 +326,24 @@ TEST(Config, OldKeyNamesStillWorkAndWarn) {
               HasSubstr("unknown config key 'data_parallel.fusion_bytes'"));
 }
 
+// parameter_server.compression: every codec a server can decode (not PowerSGD), checked under
+// that strategy only; pulls take casts only.
+TEST(Config, ParameterServerCompressionTakesWhatAServerCanDecode) {
+  const std::string ps = "[parallel]\nstrategy = \"parameter_server\"\n[parameter_server]\n";
+  const Config config =
+      parse_config(ps + "compression = \"topk:0.01\"\npull_compression = \"fp16\"\n", "x.toml");
+  EXPECT_EQ(config.parameter_server.compression, "topk:0.01");
+  EXPECT_EQ(config.parameter_server.pull_compression, "fp16");
+  EXPECT_THAT(config_error([&] { parse_config(ps + "compression = \"powersgd:2\"\n", "x.toml"); }),
+              AllOf(HasSubstr("'parameter_server.compression' = \"powersgd:2\""),
+                    HasSubstr("one worker's push")));
+  EXPECT_THAT(config_error([&] { parse_config(ps + "compression = \"topk:0\"\n", "x.toml"); }),
+              AllOf(HasSubstr("'parameter_server.compression'"), HasSubstr("accepted")));
+  EXPECT_THAT(
+      config_error([&] { parse_config(ps + "pull_compression = \"topk:0.1\"\n", "x.toml"); }),
+      AllOf(HasSubstr("parameter_server.pull_compression"), HasSubstr("fp16")));
+}
+
 TEST(Config, CompressionTakesACodecOfTheCatalog) {
   EXPECT_EQ(parse_config("", "x.toml").data_parallel.compression, "none");
   EXPECT_EQ(
@@ -394,6 +412,19 @@ TEST(Config, RobustAggregationChecksItsNumbers) {
                 with({"data_parallel.aggregator=median", "data_parallel.zero_stage=1"});
               }),
               AllOf(HasSubstr("'data_parallel.zero_stage' = 1"), HasSubstr("whole gradient")));
+  // Worker momentum replaces the optimizer's, and needs the robust path.
+  EXPECT_NO_THROW(with({"data_parallel.aggregator=median", "data_parallel.worker_momentum=0.9",
+                        "optim.momentum=0"}));
+  EXPECT_THAT(config_error([&] {
+                with({"data_parallel.aggregator=median", "data_parallel.worker_momentum=0.9",
+                      "optim.momentum=0.9"});
+              }),
+              AllOf(HasSubstr("'data_parallel.worker_momentum' = 0.9"),
+                    HasSubstr("'optim.momentum' = 0.9"), HasSubstr("set optim.momentum = 0")));
+  EXPECT_THAT(config_error([&] {
+                with({"data_parallel.worker_momentum=0.9", "optim.momentum=0"});
+              }),
+              AllOf(HasSubstr("'data_parallel.worker_momentum' = 0.9"), HasSubstr("needs robust")));
 }
 
 TEST(Config, ResolvedTomlSaysWhichStrategyReadsASection) {

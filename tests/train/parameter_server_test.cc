@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -206,6 +207,35 @@ TEST_F(ParameterServerTrainingTest, BspResumesBitwiseAndOnAnotherServerOrWorkerC
     std::printf("bsp %s, 2 -> 3 workers: relative difference %.3g\n", optimizer.c_str(),
                 difference);
     EXPECT_LT(difference, 1e-6) << optimizer;
+  }
+}
+
+// Compressed pushes (QSGD without error feedback: its seed comes from the worker's step; top-k
+// with it: the checkpoint holds every worker's residual) and fp16 pulls (the checkpoint holds the
+// servers' f32 copy; every worker pulls the cast one again): a bsp run resumed is bitwise the
+// uninterrupted one, and not the uncompressed run. On 3 workers the residuals restart at zero.
+TEST_F(ParameterServerTrainingTest, BspWithCompressedPushesAndCastPullsResumesBitwise) {
+  Config plain = mlp_config();
+  const auto uncompressed = parameter_servers(plain, 2, 2);
+  for (const std::string codec : {"qsgd:4", "topk:0.1"}) {
+    SCOPED_TRACE(codec);
+    Config config = mlp_config();
+    config.parameter_server.compression = codec;
+    config.parameter_server.pull_compression = "fp16";
+    Config first = config;
+    first.train.epochs = 1;
+    const auto uninterrupted = parameter_servers(config, 2, 2);
+    const std::string folder = dir("ps-compressed-resume");
+    parameter_servers(first, 2, 2, false, folder);
+    const auto resumed = parameter_servers(config, 2, 2, false, folder, /*resume=*/true);
+    for (const auto& worker : resumed) EXPECT_EQ(worker, uninterrupted[0]);
+    EXPECT_NE(uncompressed[0], uninterrupted[0]);
+    EXPECT_LT(relative_difference(uninterrupted[0], uncompressed[0]), 0.5);
+    const std::string regrow = dir("ps-compressed-workers");
+    parameter_servers(first, 2, 1, false, regrow);
+    for (const auto& worker : parameter_servers(config, 3, 1, false, regrow, true)) {
+      for (const float p : worker) ASSERT_TRUE(std::isfinite(p));
+    }
   }
 }
 

@@ -14,6 +14,7 @@
 #include "dtrain/base/stop_request.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/checkpoint.h"
+#include "dtrain/train/memory_checkpoint.h"
 
 namespace dtrain::train {
 namespace {
@@ -274,6 +275,31 @@ TEST_F(TrainerTest, AStopRequestCheckpointsAndTheResumeEqualsTheUninterruptedRun
   EXPECT_EQ(resumed.stopped_by_signal, 0);
   EXPECT_EQ(final_params(dir("stopped"), 2), final_params(dir("full"), 2));
   EXPECT_EQ(losses(dir("stopped")), losses(dir("full")));
+}
+
+// Tier 1 (memory_checkpoint.h): a run that fails inside an epoch resumes from its memory
+// checkpoint of the step before (checkpoints/ holds only the epoch before) and ends bitwise equal
+// to the uninterrupted run; a finished run leaves nothing in the memory folder.
+TEST_F(TrainerTest, AFailedRunResumesFromItsMemoryCheckpointBitwise) {
+  Config config = small_config();
+  config.train.epochs = 2;
+  config.train.memory_checkpoint_every_steps = 1;
+  config.train.memory_checkpoint_folder = dir("shm");
+  fs::create_directories(dir("shm"));
+  train(config, dir("full"));
+  EXPECT_TRUE(fs::is_empty(dir("shm")));
+  Config failing = config;
+  failing.parallel.inject_fault = "rank=0,step=13";
+  EXPECT_THROW(train(failing, dir("failed")), Error);
+  const auto newest = MemoryCheckpoint(dir("failed"), dir("shm")).newest();
+  ASSERT_TRUE(newest.has_value());
+  EXPECT_EQ(newest->checkpoint.global_step, 12);
+  EXPECT_FALSE(fs::exists(dir("failed") + "/checkpoints/epoch-1-step-12.ckpt"));
+  const RunSummary resumed = train(config, dir("failed"), /*resume=*/true);
+  EXPECT_EQ(resumed.steps, 20);
+  EXPECT_EQ(final_params(dir("failed"), 2), final_params(dir("full"), 2));
+  EXPECT_EQ(losses(dir("failed")), losses(dir("full")));
+  EXPECT_TRUE(fs::is_empty(dir("shm")));
 }
 
 // A run stopped after its last checkpoint but before summary.json (killed under the supervisor):

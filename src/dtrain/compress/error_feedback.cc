@@ -1,10 +1,17 @@
 #include "dtrain/compress/error_feedback.h"
 
+#include <algorithm>
+
 #include "dtrain/base/error.h"
 
 namespace dtrain::compress {
 
 ErrorFeedback::ErrorFeedback(std::int64_t size) : residual_(static_cast<std::size_t>(size), 0.0f) {}
+
+void ErrorFeedback::set_residual(std::span<const float> values) {
+  DTRAIN_CHECK_EQ(values.size(), residual_.size());
+  std::copy(values.begin(), values.end(), residual_.begin());
+}
 
 float* ErrorFeedback::compensate(std::int64_t offset, const float* grad, std::int64_t n) {
   DTRAIN_CHECK(offset >= 0 && n >= 0 && offset + n <= static_cast<std::int64_t>(residual_.size()),

@@ -29,6 +29,8 @@ class ErrorFeedback {
   explicit ErrorFeedback(std::int64_t size);
 
   std::span<const float> residual() const { return residual_; }
+  // A saved residual back (a checkpoint's): values.size() must be the residual's size.
+  void set_residual(std::span<const float> values);
 
   // residual[offset, offset + n) += grad[0, n): the compensated values, returned in place.
   float* compensate(std::int64_t offset, const float* grad, std::int64_t n);

@@ -36,11 +36,19 @@ constexpr std::size_t kErrorTextBytes = 1024;
 }  // namespace
 
 Client::Client(comm::Transport& transport, ShardLayout layout, std::vector<int> server_ranks,
-               std::int64_t workers, std::chrono::milliseconds timeout)
+               std::int64_t workers, std::chrono::milliseconds timeout, Compression compression)
     : transport_(transport),
       layout_(layout),
+      compression_(compression),
+      push_codec_(compress::make_codec(compression.push)),
+      pull_codec_(compress::make_codec(compression.pull)),
       server_ranks_(std::move(server_ranks)),
       timeout_(timeout) {
+  check_compression(compression_, "parameter_server.compression",
+                    "parameter_server.pull_compression");
+  if (push_codec_ && compression_.push.error_feedback) {
+    feedback_ = std::make_unique<compress::ErrorFeedback>(layout_.total());
+  }
   if (static_cast<int>(server_ranks_.size()) != layout_.servers()) {
     throw ConfigError(
         fmt::format("parameter-server client: {} server ranks for a layout of {} "
@@ -55,7 +63,10 @@ Client::Client(comm::Transport& transport, ShardLayout layout, std::vector<int> 
   for (std::size_t s = 0; s < servers; ++s) {
     const auto shard_bytes =
         static_cast<std::size_t>(layout_.shard(static_cast<int>(s)).size()) * sizeof(float);
-    requests_[s].resize(sizeof(RequestHeader) + shard_bytes);
+    const std::int64_t keys = layout_.shard(static_cast<int>(s)).size();
+    requests_[s].resize(sizeof(RequestHeader) +
+                        std::max(shard_bytes, push_payload_bytes(compression_.push, keys)));
+    if (feedback_) sent_.resize(std::max(sent_.size(), static_cast<std::size_t>(keys)));
     replies_[s].resize(
         sizeof(ReplyHeader) +
         std::max({shard_bytes, kErrorTextBytes,
@@ -64,6 +75,38 @@ Client::Client(comm::Transport& transport, ShardLayout layout, std::vector<int> 
 }
 
 Client::~Client() = default;
+
+std::span<const float> Client::residual() const {
+  if (!feedback_) return {};
+  return feedback_->residual();
+}
+
+void Client::set_residual(std::span<const float> values) {
+  DTRAIN_CHECK(feedback_ != nullptr && std::ssize(values) == layout_.total(),
+               "a residual of {} floats for a client with{} error feedback over {} keys",
+               values.size(), feedback_ ? "" : "out", layout_.total());
+  std::lock_guard<std::mutex> lock(mu_);
+  feedback_->set_residual(values);
+}
+
+std::size_t Client::write_push(std::size_t s, KeyRange range, const float* grads,
+                               RequestHeader& header, std::byte* out) {
+  const float* from = grads + (header.begin - range.begin);
+  const std::int64_t n = header.end - header.begin;
+  if (!push_codec_) {
+    std::memcpy(out, from, static_cast<std::size_t>(n) * sizeof(float));
+    return static_cast<std::size_t>(n) * sizeof(float);
+  }
+  header.flags |= kEncoded;
+  header.seed = push_seed(compression_.seed, transport_.rank(), header.clock, static_cast<int>(s));
+  auto* payload = reinterpret_cast<std::uint8_t*>(out);
+  if (feedback_) {
+    feedback_->encode(*push_codec_, header.begin, from, n, payload, header.seed, sent_.data());
+  } else {
+    push_codec_->encode(from, n, payload, header.seed);
+  }
+  return push_codec_->encoded_bytes(n);
+}
 
 std::vector<ShardPiece> Client::all_servers() const {
   std::vector<ShardPiece> pieces;
@@ -86,14 +129,17 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
     header.basis_clock = basis_clock_[s];
     header.basis_version = basis_version_[s];
     std::vector<std::byte>& request = requests_[s];
-    std::memcpy(request.data(), &header, sizeof header);
     std::size_t bytes = sizeof header;
-    if (send != nullptr) {
+    if (send != nullptr && op == Op::kPush) {
+      bytes += write_push(s, range, send, header, request.data() + sizeof header);
+      push_bytes_ += static_cast<std::int64_t>(bytes);
+    } else if (send != nullptr) {
       const auto n = static_cast<std::size_t>(piece.range.size());
       std::memcpy(request.data() + bytes, send + (piece.range.begin - range.begin),
                   n * sizeof(float));
       bytes += n * sizeof(float);
     }
+    std::memcpy(request.data(), &header, sizeof header);
     receives.push_back(
         transport_.irecv(server_ranks_[s], kReplyTag, replies_[s].data(), replies_[s].size()));
     sends.push_back(transport_.isend(server_ranks_[s], kRequestTag, request.data(), bytes));
@@ -113,11 +159,17 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
     ReplyHeader header;
     std::memcpy(&header, replies_[s].data(), sizeof header);
     const bool failed = header.status == Status::kError || header.status == Status::kRefused;
+    const bool encoded = !failed && (header.flags & kEncoded) != 0;
     const std::size_t element_bytes = op == Op::kStats ? sizeof(std::int64_t)
                                       : failed         ? 1
                                                        : sizeof(float);
-    bytes_received_ += static_cast<std::int64_t>(
-        sizeof header + static_cast<std::size_t>(header.count) * element_bytes);
+    const std::size_t payload_bytes = encoded
+                                          ? pull_payload_bytes(compression_.pull, header.count)
+                                          : static_cast<std::size_t>(header.count) * element_bytes;
+    bytes_received_ += static_cast<std::int64_t>(sizeof header + payload_bytes);
+    if (!failed && (op == Op::kPush || op == Op::kPull) && receive != nullptr && header.count > 0) {
+      param_reply_bytes_ += static_cast<std::int64_t>(sizeof header + payload_bytes);
+    }
     const std::byte* payload = replies_[s].data() + sizeof header;
     if (failed) {
       const std::string text =
@@ -133,8 +185,18 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
     }
     if (receive != nullptr && header.count > 0) {
       DTRAIN_CHECK_EQ(header.count, pieces[i].range.size());
-      std::memcpy(receive + (pieces[i].range.begin - range.begin), payload,
-                  static_cast<std::size_t>(header.count) * sizeof(float));
+      float* to = receive + (pieces[i].range.begin - range.begin);
+      if (encoded) {
+        if (!pull_codec_) {
+          throw comm::CommError(fmt::format(
+              "ps {} to server {} (rank {}): encoded parameters arrived but this worker's "
+              "parameter_server.pull_compression is none: the workers and servers disagree",
+              op_name(op), s, server_ranks_[s]));
+        }
+        pull_codec_->decode(reinterpret_cast<const std::uint8_t*>(payload), header.count, to, 0);
+      } else {
+        std::memcpy(to, payload, static_cast<std::size_t>(header.count) * sizeof(float));
+      }
       basis_clock_[s] = header.min_clock;
       basis_version_[s] = header.version;
     }
@@ -164,6 +226,8 @@ PushResult Client::push(KeyRange range, const float* grads, const PushInfo& info
   base.samples = info.samples;
   base.batch_samples = info.batch_samples;
   base.lr = info.lr;
+  ++pushes_;
+  if (params != nullptr) ++param_replies_;
   PushResult result;
   result.version = -1;
   for (const ReplyHeader& header : exchange(Op::kPush, pieces, range, grads, params, base)) {
@@ -178,6 +242,7 @@ void Client::pull(KeyRange range, float* out, std::int64_t clock) {
   std::lock_guard<std::mutex> lock(mu_);
   RequestHeader base;
   base.clock = clock;
+  ++param_replies_;
   exchange(Op::kPull, layout_.split(range), range, nullptr, out, base);
 }
 

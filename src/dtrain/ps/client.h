@@ -11,6 +11,11 @@
 // set it is push-and-pull: each server answers with its shard after the update (bsp: after the
 // step completes; ssp: once the slowest worker is close enough), one round trip per step.
 //
+// Compression (compression.h): pushes encoded per server's shard with the push codec (error
+// feedback: the residual is this client's, one flat buffer over all keys), the parameters of pulls
+// and push-and-pulls decoded from the pull codec; get(), put(), add() and the checkpoint
+// operations stay f32.
+//
 // The client remembers, per server, the min_clock and version of the last reply that carried
 // parameters: the basis the next push reports, from which the servers compute staleness.
 #pragma once
@@ -20,11 +25,15 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "dtrain/comm/task_queue.h"
 #include "dtrain/comm/transport/transport.h"
 #include "dtrain/comm/work.h"
+#include "dtrain/compress/codec.h"
+#include "dtrain/compress/error_feedback.h"
+#include "dtrain/ps/compression.h"
 #include "dtrain/ps/protocol.h"
 #include "dtrain/ps/server_stats.h"
 #include "dtrain/ps/shard_layout.h"
@@ -57,9 +66,10 @@ class Client {
  public:
   // `transport`: the parameter-server communicator's; `server_ranks[s]`: server s's rank on it;
   // `workers`: how many workers the servers serve (sizes the stats replies).
+  // `compression`: the same on every worker and server (the servers' ServerOptions::compression).
   Client(comm::Transport& transport, ShardLayout layout, std::vector<int> server_ranks,
-         std::int64_t workers,
-         std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
+         std::int64_t workers, std::chrono::milliseconds timeout = std::chrono::milliseconds(60000),
+         Compression compression = {});
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -68,6 +78,18 @@ class Client {
   // Bytes this client has sent and received (headers included), for bytes-moved figures.
   std::int64_t bytes_sent() const { return bytes_sent_; }
   std::int64_t bytes_received() const { return bytes_received_; }
+  // Pushes sent and their bytes (headers included); replies that carried parameters (pull,
+  // push-and-pull) and their bytes: the measured side of compression.h's formulas.
+  std::int64_t pushes() const { return pushes_; }
+  std::int64_t push_bytes() const { return push_bytes_; }
+  std::int64_t param_replies() const { return param_replies_; }
+  std::int64_t param_reply_bytes() const { return param_reply_bytes_; }
+
+  const Compression& compression() const { return compression_; }
+  // Error feedback's residual over all keys (empty without error feedback), and setting it (a
+  // checkpoint's; the same size).
+  std::span<const float> residual() const;
+  void set_residual(std::span<const float> values);
 
   // grads: range.size() floats; params: null (push only) or range.size() floats. A range that
   // cuts a shard is a ConfigError naming it.
@@ -108,8 +130,18 @@ class Client {
   std::vector<ShardPiece> all_servers() const;
   comm::Work submit(std::string what, std::function<void()> operation);
 
+  // The request payload of a push to server s (piece `range` of the keys): f32, or encoded (with
+  // error feedback when on). Returns its bytes; sets `header`'s flags and seed.
+  std::size_t write_push(std::size_t s, KeyRange range, const float* grads, RequestHeader& header,
+                         std::byte* out);
+
   comm::Transport& transport_;
   ShardLayout layout_;
+  Compression compression_;
+  std::unique_ptr<compress::Codec> push_codec_;  // null: f32 pushes
+  std::unique_ptr<compress::Codec> pull_codec_;  // null: f32 parameters
+  std::unique_ptr<compress::ErrorFeedback> feedback_;
+  std::vector<float> sent_;  // error feedback: decode(payload) of one shard
   std::vector<int> server_ranks_;
   std::chrono::milliseconds timeout_;
   std::mutex mu_;  // one operation on the wire at a time
@@ -119,6 +151,10 @@ class Client {
   std::vector<std::int64_t> basis_version_;
   std::atomic<std::int64_t> bytes_sent_{0};
   std::atomic<std::int64_t> bytes_received_{0};
+  std::atomic<std::int64_t> pushes_{0};
+  std::atomic<std::int64_t> push_bytes_{0};
+  std::atomic<std::int64_t> param_replies_{0};
+  std::atomic<std::int64_t> param_reply_bytes_{0};
   std::atomic<std::int64_t> async_ops_{0};  // numbers the Works in timeouts
   comm::TaskQueue queue_;  // last: joined first, while the buffers above still exist
 };

@@ -39,6 +39,9 @@ enum class Op : std::uint32_t {
 };
 
 inline constexpr std::uint32_t kWantParams = 1;
+// push: the payload is the push codec's encoding of [begin, end) (ps/compression.h), not floats;
+// reply: the parameters are the pull codec's encoding.
+inline constexpr std::uint32_t kEncoded = 2;
 
 struct RequestHeader {
   Op op = Op::kPush;
@@ -56,6 +59,7 @@ struct RequestHeader {
   double lr = 0.0;
   std::int64_t index = 0;  // get_state / set_state: which optimizer state vector
   std::int64_t steps = 0;  // set_state: the optimizer steps and updates the shard continues from
+  std::uint64_t seed = 0;  // push with kEncoded: the seed the worker encoded it with
 };
 
 // kError: the server failed and stops; kRefused: this request was wrong (a checkpoint's state
@@ -64,10 +68,10 @@ enum class Status : std::uint32_t { kOk = 0, kDropped = 1, kError = 2, kRefused 
 
 struct ReplyHeader {
   Status status = Status::kOk;
-  std::uint32_t reserved = 0;
+  std::uint32_t flags = 0;     // kEncoded: the parameters in the pull codec's encoding
   std::int64_t version = 0;    // updates applied to the shard so far
   std::int64_t min_clock = 0;  // the slowest live, unstopped worker's clock
-  std::int64_t count = 0;      // payload elements (floats, i64s or chars)
+  std::int64_t count = 0;      // payload elements (floats, i64s or chars; encoded: keys)
   std::int64_t value = 0;      // ticket
 };
 

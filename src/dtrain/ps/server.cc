@@ -78,8 +78,16 @@ Server::Server(comm::Transport& transport, int index, ShardLayout layout,
   if (options_.consistency == Consistency::kBsp) step_sum_.resize(params_.size());
   stats_.pushes.assign(static_cast<std::size_t>(workers), 0);
   stats_.dead.assign(static_cast<std::size_t>(workers), 0);
+  check_compression(options_.compression, "parameter_server.compression",
+                    "parameter_server.pull_compression");
+  push_codec_ = compress::make_codec(options_.compression.push);
+  pull_codec_ = compress::make_codec(options_.compression.pull);
+  if (push_codec_ && options_.consistency != Consistency::kBsp) decoded_.resize(params_.size());
+  if (pull_codec_) encoded_params_.resize(pull_codec_->encoded_bytes(shard_.size()));
   const std::size_t request_bytes =
-      sizeof(RequestHeader) + static_cast<std::size_t>(shard_.size()) * sizeof(float);
+      sizeof(RequestHeader) +
+      std::max(static_cast<std::size_t>(shard_.size()) * sizeof(float),
+               push_payload_bytes(options_.compression.push, shard_.size()));
   const std::size_t reply_bytes =
       sizeof(ReplyHeader) +
       std::max({static_cast<std::size_t>(shard_.size()) * sizeof(float),
@@ -227,7 +235,7 @@ void Server::handle(int w) {
       break;
     case Op::kPush:
       ++stats_.pushes[static_cast<std::size_t>(w)];
-      push(w, header, values);
+      push(w, header, worker.request.data() + sizeof header);
       break;
     case Op::kTicket: {
       next_ticket_ = std::max(next_ticket_, std::min(header.clock, options_.tickets));
@@ -252,7 +260,13 @@ void Server::handle(int w) {
   }
 }
 
-void Server::push(int w, const RequestHeader& header, const float* values) {
+const float* Server::decode_push(const RequestHeader& header, const std::byte* payload) {
+  push_codec_->decode(reinterpret_cast<const std::uint8_t*>(payload), shard_.size(),
+                      decoded_.data(), header.seed);
+  return decoded_.data();
+}
+
+void Server::push(int w, const RequestHeader& header, const std::byte* payload) {
   Worker& worker = workers_[static_cast<std::size_t>(w)];
   if (header.begin != shard_.begin || header.end != shard_.end) {
     fail(
@@ -260,6 +274,16 @@ void Server::push(int w, const RequestHeader& header, const float* values) {
                     "a push updates whole shards",
                     index_, w, header.begin, header.end, shard_.begin, shard_.end));
   }
+  const bool encoded = (header.flags & kEncoded) != 0;
+  if (encoded != (push_codec_ != nullptr)) {
+    fail(
+        fmt::format("ps server {}: worker {} (rank {}) pushed {} gradients, this server expects "
+                    "{} (parameter_server.compression = \"{}\"): the workers and servers disagree",
+                    index_, w, worker.rank, encoded ? "encoded" : "f32",
+                    push_codec_ ? "encoded ones" : "f32", options_.compression.push.text()));
+  }
+  const auto* values = reinterpret_cast<const float*>(payload);
+  const auto* codes = reinterpret_cast<const std::uint8_t*>(payload);
   const bool want = (header.flags & kWantParams) != 0;
   const auto n = static_cast<std::size_t>(shard_.size());
   if (options_.consistency == Consistency::kBsp) {
@@ -277,10 +301,17 @@ void Server::push(int w, const RequestHeader& header, const float* values) {
                       index_, w, worker.rank, header.clock,
                       worker.pushed_this_step ? " a second time" : "", step));
     }
+    // Encoded: the step's sum is decode(first) + decode(second) + ..., in arrival order.
     if (step_contributions_ == 0) {
-      std::copy_n(values, n, step_sum_.begin());
+      if (encoded) {
+        push_codec_->decode(codes, shard_.size(), step_sum_.data(), header.seed);
+      } else {
+        std::copy_n(values, n, step_sum_.begin());
+      }
       step_opened_ = Clock::now();
       step_samples_ = 0;
+    } else if (encoded) {
+      push_codec_->decode_add(codes, shard_.size(), step_sum_.data(), header.seed);
     } else {
       for (std::size_t i = 0; i < n; ++i) step_sum_[i] += values[i];
     }
@@ -297,7 +328,7 @@ void Server::push(int w, const RequestHeader& header, const float* values) {
   }
   // async / ssp: applied as it arrives.
   stats_.record(header.clock - header.basis_clock, stats_.version - header.basis_version);
-  optimizer_->step(params_.data(), values, header.lr);
+  optimizer_->step(params_.data(), encoded ? decode_push(header, payload) : values, header.lr);
   ++stats_.version;
   worker.clock = std::max(worker.clock, header.clock + 1);
   if (!want) {
@@ -446,17 +477,19 @@ void Server::check_deadlines() {
 }
 
 void Server::reply(int w, Status status, std::int64_t value, const void* payload,
-                   std::int64_t count, std::size_t element_bytes) {
+                   std::int64_t count, std::size_t element_bytes, std::size_t encoded_bytes) {
   Worker& worker = workers_[static_cast<std::size_t>(w)];
   // One reply in flight per worker: the previous one has normally long been taken.
   if (worker.send) worker.send->wait(Clock::now() + options_.timeout);
   ReplyHeader header;
   header.status = status;
+  header.flags = encoded_bytes > 0 ? kEncoded : 0;
   header.version = stats_.version;
   header.min_clock = min_clock();
   header.count = count;
   header.value = value;
-  const std::size_t bytes = static_cast<std::size_t>(count) * element_bytes;
+  const std::size_t bytes =
+      encoded_bytes > 0 ? encoded_bytes : static_cast<std::size_t>(count) * element_bytes;
   DTRAIN_CHECK(sizeof header + bytes <= worker.reply.size(), "reply of {} bytes", bytes);
   std::memcpy(worker.reply.data(), &header, sizeof header);
   if (bytes > 0) std::memcpy(worker.reply.data() + sizeof header, payload, bytes);
@@ -469,8 +502,15 @@ void Server::reply_params(int w, Status status, const RequestHeader& header, boo
     reply(w, status);
     return;
   }
-  reply(w, status, 0, params_.data() + (header.begin - shard_.begin), header.end - header.begin,
-        sizeof(float));
+  const float* from = params_.data() + (header.begin - shard_.begin);
+  const std::int64_t n = header.end - header.begin;
+  // Training's pulls go through the pull codec; get() (evaluation, checkpoints) stays f32.
+  if (pull_codec_ && header.op != Op::kGet && n > 0) {
+    pull_codec_->encode(from, n, encoded_params_.data(), 0);
+    reply(w, status, 0, encoded_params_.data(), n, 0, pull_codec_->encoded_bytes(n));
+    return;
+  }
+  reply(w, status, 0, from, n, sizeof(float));
 }
 
 void Server::fail(const std::string& message) {

@@ -8,6 +8,11 @@
 // worker is done). Idle, it yields the core, then sleeps in short naps: a server thread shares
 // the machine with workers that need the cores.
 //
+// Compression (compression.h): an encoded push is decoded with the seed its header carries (bsp:
+// decode_add into the step's sum, in arrival order; async / ssp: decoded into a scratch buffer of
+// n floats, then the optimizer step), and pulls answer with the pull codec's encoding of the
+// parameters. Costs: one decode of n per push, one encode of n per reply with parameters.
+//
 // Costs per push of n floats: one receive of 4n bytes, one optimizer pass over n (bsp: one add into
 // the step's sum per worker and one pass per step), and for push-and-pull one send of 4n bytes.
 //
@@ -31,7 +36,9 @@
 #include <vector>
 
 #include "dtrain/comm/transport/transport.h"
+#include "dtrain/compress/codec.h"
 #include "dtrain/optim/optimizer.h"
+#include "dtrain/ps/compression.h"
 #include "dtrain/ps/consistency.h"
 #include "dtrain/ps/protocol.h"
 #include "dtrain/ps/server_stats.h"
@@ -49,6 +56,7 @@ struct ServerOptions {
   std::vector<optim::Segment> segments;
   std::chrono::milliseconds timeout{60000};
   std::chrono::milliseconds worker_timeout{60000};
+  Compression compression;  // the workers' (Client's), the same
 };
 
 class Server {
@@ -74,7 +82,10 @@ class Server {
   bool receive_arrived(int w);
   void mark_dead(int w, std::string_view why);
   void handle(int w);
-  void push(int w, const RequestHeader& header, const float* values);
+  // `payload`: the request's, f32 values or (kEncoded) the push codec's bytes.
+  void push(int w, const RequestHeader& header, const std::byte* payload);
+  // The gradient of an encoded push, decoded into decoded_.
+  const float* decode_push(const RequestHeader& header, const std::byte* payload);
   void complete_bsp_step();
   // Checkpoints: optimizer state vector `tensor` (packed by the optimizer's segments) laid out by
   // key over the shard, zero where no segment lies; get_state / set_state answer those requests.
@@ -89,9 +100,10 @@ class Server {
   bool pull_ready(std::int64_t clock) const;
   std::int64_t min_clock() const;
   // Sends worker w its reply: header fields from the server's state, then `count` payload elements
-  // of `element_bytes` from `payload`.
+  // of `element_bytes` from `payload`, or (`encoded_bytes` > 0) `count` keys encoded by the pull
+  // codec in that many bytes.
   void reply(int w, Status status, std::int64_t value = 0, const void* payload = nullptr,
-             std::int64_t count = 0, std::size_t element_bytes = 0);
+             std::int64_t count = 0, std::size_t element_bytes = 0, std::size_t encoded_bytes = 0);
   void reply_params(int w, Status status, const RequestHeader& header, bool with_params);
   [[noreturn]] void fail(const std::string& message);
 
@@ -101,6 +113,10 @@ class Server {
   ServerOptions options_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::vector<float> params_;
+  std::unique_ptr<compress::Codec> push_codec_;  // null: f32 pushes
+  std::unique_ptr<compress::Codec> pull_codec_;  // null: f32 parameters
+  std::vector<float> decoded_;                   // async / ssp: an encoded push, decoded
+  std::vector<std::uint8_t> encoded_params_;     // a reply's parameters, encoded
   std::vector<Worker> workers_;
   ServerStats stats_;
   std::int64_t next_ticket_ = 0;

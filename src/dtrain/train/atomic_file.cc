@@ -8,8 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "dtrain/base/error.h"
 
@@ -83,12 +81,27 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
 }
 
 std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("cannot open {}: {}", path, system_reason()));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error(fmt::format("cannot read {}: {}", path, system_reason()));
-  return text.str();
+  // One read into a string of the file's size (a restart reads its checkpoint here: no stream
+  // buffer and no second copy).
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw Error(fmt::format("cannot open {}: {}", path, system_reason()));
+  struct stat info {};
+  if (::fstat(fd.get(), &info) != 0) {
+    throw Error(fmt::format("cannot read {}: {}", path, system_reason()));
+  }
+  // One byte more than the file, so that the read that sees its end needs no reallocation.
+  std::string bytes(static_cast<std::size_t>(info.st_size) + 1, '\0');
+  std::size_t done = 0;
+  for (;;) {
+    if (done == bytes.size()) bytes.resize(bytes.size() * 2);  // the file grew meanwhile
+    const ssize_t n = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(fmt::format("cannot read {}: {}", path, system_reason()));
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  bytes.resize(done);
+  return bytes;
 }
 
 }  // namespace dtrain::train

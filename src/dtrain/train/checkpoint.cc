@@ -22,27 +22,35 @@ std::uint32_t crc32_of(const char* data, std::size_t size) {
       crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(data), size));
 }
 
-// Appends little-endian fields to a byte string.
+// Writes little-endian fields at `out`, or only counts their bytes when `out` is null (the sizing
+// pass of encode_checkpoint_into: one pass to size, one to write, no reallocations).
 class Writer {
  public:
-  void u8(std::uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  explicit Writer(char* out) : out_(out) {}
+  void raw(const void* data, std::size_t n) {
+    if (out_ != nullptr && n > 0) std::memcpy(out_ + size_, data, n);
+    size_ += n;
+  }
+  void u8(std::uint8_t v) { raw(&v, 1); }
   void u32(std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
+    unsigned char b[4];
+    for (int i = 0; i < 4; ++i) b[i] = static_cast<unsigned char>(v >> (8 * i));
+    raw(b, 4);
   }
   void u64(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
+    unsigned char b[8];
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(v >> (8 * i));
+    raw(b, 8);
   }
   void i64(std::int64_t v) { u64(static_cast<std::uint64_t>(v)); }
   void f64(double v) { u64(std::bit_cast<std::uint64_t>(v)); }
   void str(const std::string& s) {
     u32(static_cast<std::uint32_t>(s.size()));
-    out_ += s;
+    raw(s.data(), s.size());
   }
   void floats(const std::vector<float>& values) {
     if constexpr (std::endian::native == std::endian::little) {
-      const std::size_t at = out_.size();
-      out_.resize(at + values.size() * sizeof(float));
-      if (!values.empty()) std::memcpy(out_.data() + at, values.data(), values.size() * 4);
+      raw(values.data(), values.size() * sizeof(float));
     } else {
       for (float v : values) u32(std::bit_cast<std::uint32_t>(v));
     }
@@ -58,17 +66,50 @@ class Writer {
       u8(entry.weight_decay ? 1 : 0);
     }
   }
-  std::string& bytes() { return out_; }
+  std::size_t size() const { return size_; }
 
  private:
-  std::string out_;
+  char* out_;
+  std::size_t size_ = 0;
 };
+
+void write_payload(const Checkpoint& checkpoint, Writer& payload) {
+  payload.i64(checkpoint.epoch);
+  payload.i64(checkpoint.global_step);
+  payload.i64(checkpoint.optimizer_steps);
+  payload.u64(checkpoint.seed);
+  payload.i64(checkpoint.sampler_epoch);
+  payload.i64(checkpoint.sampler_position);
+  payload.u32(static_cast<std::uint32_t>(checkpoint.scalars.size()));
+  for (const auto& [name, value] : checkpoint.scalars) {
+    payload.str(name);
+    payload.f64(value);
+  }
+  payload.table(checkpoint.param_table);
+  payload.table(checkpoint.buffer_table);
+  payload.i64(static_cast<std::int64_t>(checkpoint.params.size()));
+  payload.floats(checkpoint.params);
+  payload.i64(static_cast<std::int64_t>(checkpoint.buffers.size()));
+  payload.floats(checkpoint.buffers);
+  payload.u32(static_cast<std::uint32_t>(checkpoint.optimizer_state.size()));
+  for (const auto& state : checkpoint.optimizer_state) {
+    payload.str(state.name);
+    payload.i64(static_cast<std::int64_t>(state.values.size()));
+    payload.floats(state.values);
+  }
+}
+
+std::size_t payload_size_of(const Checkpoint& checkpoint) {
+  Writer counter(nullptr);
+  write_payload(checkpoint, counter);
+  return counter.size();
+}
 
 // Reads little-endian fields from [begin, end) of a byte string, checking every length against
 // what is left before reading or allocating.
 class Reader {
  public:
-  Reader(const std::string& bytes, std::size_t begin, std::size_t end, const std::string& source)
+  Reader(std::string_view bytes, std::size_t begin, std::size_t end, const std::string& source)
       : bytes_(bytes), pos_(begin), end_(end), source_(source) {}
 
   std::size_t left() const { return end_ - pos_; }
@@ -102,7 +143,7 @@ class Reader {
   std::string str(const char* what) {
     const std::uint32_t size = u32(what);
     need(size, what);
-    std::string s = bytes_.substr(pos_, size);
+    std::string s(bytes_.substr(pos_, size));
     pos_ += size;
     return s;
   }
@@ -144,7 +185,7 @@ class Reader {
   }
 
  private:
-  const std::string& bytes_;
+  std::string_view bytes_;
   std::size_t pos_;
   std::size_t end_;
   const std::string& source_;
@@ -189,43 +230,32 @@ double Checkpoint::scalar(const std::string& name, double fallback) const {
   return fallback;
 }
 
-std::string encode_checkpoint(const Checkpoint& checkpoint) {
-  Writer payload;
-  payload.i64(checkpoint.epoch);
-  payload.i64(checkpoint.global_step);
-  payload.i64(checkpoint.optimizer_steps);
-  payload.u64(checkpoint.seed);
-  payload.i64(checkpoint.sampler_epoch);
-  payload.i64(checkpoint.sampler_position);
-  payload.u32(static_cast<std::uint32_t>(checkpoint.scalars.size()));
-  for (const auto& [name, value] : checkpoint.scalars) {
-    payload.str(name);
-    payload.f64(value);
-  }
-  payload.table(checkpoint.param_table);
-  payload.table(checkpoint.buffer_table);
-  payload.i64(static_cast<std::int64_t>(checkpoint.params.size()));
-  payload.floats(checkpoint.params);
-  payload.i64(static_cast<std::int64_t>(checkpoint.buffers.size()));
-  payload.floats(checkpoint.buffers);
-  payload.u32(static_cast<std::uint32_t>(checkpoint.optimizer_state.size()));
-  for (const auto& state : checkpoint.optimizer_state) {
-    payload.str(state.name);
-    payload.i64(static_cast<std::int64_t>(state.values.size()));
-    payload.floats(state.values);
-  }
-
-  Writer file;
-  file.bytes().append(kCheckpointMagic, sizeof(kCheckpointMagic));
-  file.u32(kCheckpointVersion);
-  file.u32(0);
-  file.u64(payload.bytes().size());
-  file.bytes() += payload.bytes();
-  file.u32(crc32_of(file.bytes().data(), file.bytes().size()));
-  return std::move(file.bytes());
+std::size_t encoded_checkpoint_size(const Checkpoint& checkpoint) {
+  return kHeaderBytes + payload_size_of(checkpoint) + kTrailerBytes;
 }
 
-Checkpoint decode_checkpoint(const std::string& bytes, const std::string& source) {
+void encode_checkpoint_into(const Checkpoint& checkpoint, char* out, std::size_t size) {
+  const std::size_t payload_size = payload_size_of(checkpoint);
+  if (size != kHeaderBytes + payload_size + kTrailerBytes) {
+    throw InternalError(fmt::format("encode_checkpoint_into: the checkpoint needs {} bytes, got {}",
+                                    kHeaderBytes + payload_size + kTrailerBytes, size));
+  }
+  Writer file(out);
+  file.raw(kCheckpointMagic, sizeof(kCheckpointMagic));
+  file.u32(kCheckpointVersion);
+  file.u32(0);
+  file.u64(payload_size);
+  write_payload(checkpoint, file);
+  file.u32(crc32_of(out, file.size()));
+}
+
+std::string encode_checkpoint(const Checkpoint& checkpoint) {
+  std::string bytes(encoded_checkpoint_size(checkpoint), '\0');
+  encode_checkpoint_into(checkpoint, bytes.data(), bytes.size());
+  return bytes;
+}
+
+Checkpoint decode_checkpoint(std::string_view bytes, const std::string& source) {
   const std::size_t size = bytes.size();
   if (size < kHeaderBytes + kTrailerBytes) {
     throw CheckpointError(fmt::format(

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -66,9 +67,14 @@ struct Checkpoint {
 
 // The bytes of `checkpoint` in the layout above, checksum included.
 std::string encode_checkpoint(const Checkpoint& checkpoint);
+// The size of encode_checkpoint's result, and the same bytes written at `out` (exactly `size` =
+// encoded_checkpoint_size bytes, else InternalError): one sizing pass over the tables, one copy of
+// the floats and one CRC pass, with no allocation (the memory tier encodes into a mapped slot).
+std::size_t encoded_checkpoint_size(const Checkpoint& checkpoint);
+void encode_checkpoint_into(const Checkpoint& checkpoint, char* out, std::size_t size);
 
 // Parses and verifies bytes read from `source` (named in errors); CheckpointError on any defect.
-Checkpoint decode_checkpoint(const std::string& bytes, const std::string& source);
+Checkpoint decode_checkpoint(std::string_view bytes, const std::string& source);
 
 // Writes atomically (see atomic_file.h): a failed write leaves the previous file at `path` intact.
 // CheckpointError naming the path and the reason.

@@ -198,6 +198,12 @@ bool CheckpointDir::has_any() const {
   return fs::exists(fs::path(folder_) / "latest", ec) || !list().empty();
 }
 
+bool CheckpointDir::is_older_than(const Checkpoint& checkpoint) const {
+  const auto files = list();
+  if (files.empty()) return true;
+  return parse_name(file_name_of(files.back())) < parse_name(file_name(checkpoint));
+}
+
 std::string CheckpointDir::latest_path() const {
   const std::string pointer = (fs::path(folder_) / "latest").string();
   std::string text;

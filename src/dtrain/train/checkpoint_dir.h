@@ -50,6 +50,10 @@ class CheckpointDir {
   // Whether the folder holds any checkpoint file or a `latest` (good or not).
   bool has_any() const;
 
+  // Whether every checkpoint file here comes before `checkpoint` in the order above (true when
+  // there is none): decided from the names, without reading a file.
+  bool is_older_than(const Checkpoint& checkpoint) const;
+
   // The path `latest` names, unverified; CheckpointError when the folder has no `latest` or it
   // names a file that is missing or not a checkpoint name. Resuming should use newest_good.
   std::string latest_path() const;

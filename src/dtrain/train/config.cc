@@ -21,6 +21,7 @@
 #include "dtrain/comm/topology.h"
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/compress/codec_spec.h"
+#include "dtrain/data/client_partition.h"
 #include "dtrain/data/load.h"
 #include "dtrain/train/fault_injection.h"
 #include "dtrain/train/straggler.h"
@@ -30,9 +31,11 @@ namespace dtrain::train {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-const char* const kSections[] = {"model",     "data",          "train",         "optim",
-                                 "schedule",  "parallel",      "data_parallel", "parameter_server",
-                                 "local_sgd", "decentralized", "pipeline"};
+const char* const kSections[] = {
+    "model",          "data",          "train",         "optim",
+    "schedule",       "parallel",      "data_parallel", "parameter_server",
+    "local_sgd",      "decentralized", "pipeline",      "federated",
+    "tensor_parallel"};
 
 // Keys that moved or were renamed: the old "section.key" still works and warns (Config::notes).
 // Errors name a key as the user wrote it.
@@ -119,6 +122,8 @@ std::vector<Field> fields(Config& c) {
   auto& l = c.local_sgd;
   auto& dc = c.decentralized;
   auto& pl = c.pipeline;
+  auto& fd = c.federated;
+  auto& tp = c.tensor_parallel;
   std::vector<std::string> topologies;
   for (const comm::TopologyKind kind : comm::topology_kinds()) {
     topologies.emplace_back(comm::topology_name(kind));
@@ -253,6 +258,12 @@ std::vector<Field> fields(Config& c) {
        "mean time between failures of the job; > 0 with checkpoint_every_seconds = 0 checkpoints "
        "every sqrt(2 x measured checkpoint cost x MTBF) seconds (Young/Daly)",
        0, kInf},
+      int_at_least("train", "memory_checkpoint_every_steps", &t.memory_checkpoint_every_steps,
+                   "steps between checkpoints in shared memory (0 = off): they outlive the "
+                   "process, not the machine, and a restart resumes from them (tier 1)",
+                   0),
+      {"train", "memory_checkpoint_folder", &t.memory_checkpoint_folder,
+       "folder (a tmpfs) of the memory checkpoints"},
       {"train", "accumulate_steps", &t.accumulate_steps,
        "micro-batches per step whose gradients add up (same trajectory, less memory)", 1, 4096},
 
@@ -413,6 +424,10 @@ std::vector<Field> fields(Config& c) {
        "what the last data_parallel.byzantine ranks do, for experiments (docs/ROBUST.md): none, "
        "labelflip (label y -> C - 1 - y on their data), signflip[:<c>], scale:<c>, "
        "noise:<sigma>, alie[:<z>], ipm[:<eps>]"},
+      {"data_parallel", "worker_momentum", &dp.worker_momentum,
+       "robust aggregation: each rank sends its momentum m = beta m + g instead of its gradient "
+       "and the aggregator combines momenta (Karimireddy et al. 2021); optim.momentum must be 0",
+       0, 0.999},
 
       {"parameter_server", "servers", &ps.servers,
        "parameter-server ranks (besides parallel.workers workers)", 1, 1024},
@@ -435,6 +450,28 @@ std::vector<Field> fields(Config& c) {
       int_at_least("parameter_server", "backup_workers", &ps.backup_workers,
                    "consistency bsp: each step uses the first workers - b gradients (Chen et al.)",
                    0),
+      {"parameter_server", "compression", &ps.compression,
+       "each worker's push through a codec the servers decode (docs/PS.md, \"Compression\"): "
+       "none, fp16, bf16, sign, qsgd:<bits 2..16>, topk:<ratio or k>, randomk:<ratio or k>"},
+      {"parameter_server",
+       "pull_compression",
+       &ps.pull_compression,
+       "the parameters of each pull cast by the servers (the f32 master copy stays on them)",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"none", "fp16", "bf16"}},
+      {"parameter_server",
+       "error_feedback",
+       &ps.error_feedback,
+       "push compression: each worker adds what its codec left out to its next push (auto: on for "
+       "topk, randomk, sign; off for fp16, bf16, qsgd)",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"auto", "true", "false"}},
 
       int_at_least("local_sgd", "period", &l.period,
                    "H, the local steps each rank takes between parameter "
@@ -483,6 +520,41 @@ std::vector<Field> fields(Config& c) {
        false,
        false,
        {"layers", "balanced"}},
+
+      int_at_least("federated", "clients", &fd.clients,
+                   "K: simulated clients, each holding its part of the training set "
+                   "(federated.partition); at least parallel.workers x processes",
+                   1),
+      {"federated", "client_fraction", &fd.client_fraction,
+       "C: each round max(1, floor(C K)) clients, sampled anew, train and are averaged", 0, 1, true,
+       false},
+      int_at_least("federated", "local_epochs", &fd.local_epochs,
+                   "E: epochs each participant trains on its own data per round, in batches of "
+                   "train.batch_size",
+                   1),
+      int_at_least("federated", "rounds", &fd.rounds,
+                   "communication rounds (train.epochs does not apply to federated runs)", 1),
+      {"federated", "partition", &fd.partition,
+       "how the training set is cut into clients: iid, shards (McMahan's 2 label shards per "
+       "client; shards:S for S), dirichlet:A (label skew Dir(A), A > 0; 0.1 strongly non-IID)"},
+      {"federated", "fedprox_mu", &fd.fedprox_mu,
+       "FedProx: mu/2 ||w - w_global||^2 added to each client's loss (0 = FedAvg)", 0},
+      {"federated", "client_failure", &fd.client_failure,
+       "injected: the probability that a participant fails after its first local step; it is "
+       "dropped from its round and counted",
+       0, 1},
+
+      {"tensor_parallel",
+       "style",
+       &tp.style,
+       "megatron: each GPT block's attention split by heads (qkv column-parallel, proj "
+       "row-parallel) and its MLP by hidden units (fc column-, out row-parallel) over "
+       "parallel.workers ranks; one allreduce per half-block in forward and one in backward",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"megatron"}},
   };
 }
 
@@ -880,7 +952,23 @@ void validate_robust(const Config& config, const Where& where) {
         "attacking ranks (the last f ranks), got 0; pass --byzantine F",
         dp.attack, where("data_parallel.attack")));
   }
-  if (dp.aggregator == "mean" && (dp.attack == "none" || dp.attack == "labelflip")) return;
+  if (dp.worker_momentum > 0.0 && config.optim.momentum > 0.0) {
+    throw ConfigError(fmt::format(
+        "config keys 'data_parallel.worker_momentum' = {} ({}) and 'optim.momentum' = {} ({}) "
+        "are two momentums: worker momentum replaces the optimizer's (the aggregate of momenta is "
+        "the step's direction); set optim.momentum = 0",
+        dp.worker_momentum, where("data_parallel.worker_momentum"), config.optim.momentum,
+        where("optim.momentum")));
+  }
+  if (dp.aggregator == "mean" && (dp.attack == "none" || dp.attack == "labelflip")) {
+    if (dp.worker_momentum > 0.0) {
+      throw ConfigError(fmt::format(
+          "config key 'data_parallel.worker_momentum' = {} ({}) needs robust aggregation (an "
+          "aggregator other than mean, or an attack); with the mean it is optim.momentum",
+          dp.worker_momentum, where("data_parallel.worker_momentum")));
+    }
+    return;
+  }
   // The allgather path: every rank's whole bucket, f32.
   if (dp.compression != "none") {
     throw ConfigError(fmt::format(
@@ -1076,6 +1164,14 @@ void validate_impl(const Config& config, const Provenance& provenance,
         : strategy == "pipeline"       ? "a pipeline stage normalizes each micro-batch alone"
                                        : "decentralized SGD mixes them with the parameters"));
   }
+  // The partition's text is parsed here, so that "dirichlet:0" fails before any data is loaded.
+  try {
+    data::parse_partition(config.federated.partition);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("config key 'federated.partition' = \"{}\" ({}): {}",
+                                  config.federated.partition, where("federated.partition"),
+                                  e.what()));
+  }
   if (strategy == "pipeline") {
     const auto& pl = config.pipeline;
     if (config.train.accumulate_steps > 1) {
@@ -1120,6 +1216,20 @@ void validate_impl(const Config& config, const Provenance& provenance,
     throw ConfigError(fmt::format("config key '{}' = \"{}\" ({}): {}",
                                   key("data_parallel.compression"), dp.compression,
                                   where("data_parallel.compression"), e.what()));
+  }
+  if (strategy == "parameter_server") {
+    try {
+      if (compress::parse_codec(ps.compression).kind == compress::CodecKind::kPowerSgd) {
+        throw ConfigError(
+            "PowerSGD's factors are sums over the workers between two rounds, which one worker's "
+            "push to a server cannot form; accepted with parameter servers: none, fp16, bf16, "
+            "sign, qsgd:<bits>, topk:<ratio or k>, randomk:<ratio or k>");
+      }
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("config key '{}' = \"{}\" ({}): {}",
+                                    key("parameter_server.compression"), ps.compression,
+                                    where("parameter_server.compression"), e.what()));
+    }
   }
   if (dp.compression != "none" && dp.zero_stage == "1") {
     throw ConfigError(fmt::format(
@@ -1226,6 +1336,8 @@ std::vector<std::string> ignored_settings(const Config& config) {
   section_note("local_sgd", config.local_sgd == LocalSgdSection{});
   section_note("decentralized", config.decentralized == DecentralizedSection{});
   section_note("pipeline", config.pipeline == PipelineSection{});
+  section_note("federated", config.federated == FederatedSection{});
+  section_note("tensor_parallel", config.tensor_parallel == TensorParallelSection{});
   const ScheduleSection& s = config.schedule;
   if (s.warmup == "gradual" && (s.scaling == "none" || config.train.batch_size == s.base_batch)) {
     ignored.push_back(fmt::format(

@@ -89,6 +89,11 @@ struct TrainSection {
   std::int64_t checkpoint_every_steps = 0;
   double checkpoint_every_seconds = 0.0;
   double mtbf_hours = 0.0;
+  // Tier 1 of two (docs/FAULTS.md): a checkpoint in shared memory every N steps (0 = off), in a
+  // file under memory_checkpoint_folder that outlives the process but not the machine; a restart
+  // resumes from it when it is newer than checkpoints/.
+  std::int64_t memory_checkpoint_every_steps = 0;
+  std::string memory_checkpoint_folder = "/dev/shm";
   // Micro-batches per optimizer step: each rank's share of a batch is split into this many
   // forward/backward passes whose gradients add up (less memory, the same trajectory).
   std::int64_t accumulate_steps = 1;
@@ -164,6 +169,9 @@ struct DataParallelSection {
   std::string aggregator = "mean";
   std::int64_t byzantine = 0;   // f: the last f ranks attack; also Krum's f
   std::string attack = "none";  // none | labelflip | an aggregate/attack.h spec (alie, signflip..)
+  // Robust runs: each rank sends its momentum m = beta m + g instead of its gradient, and the
+  // aggregator combines momenta (Karimireddy et al. 2021); optim.momentum is then 0.
+  double worker_momentum = 0.0;
   bool operator==(const DataParallelSection&) const = default;
 };
 
@@ -176,6 +184,11 @@ struct ParameterServerSection {
   std::int64_t staleness = 3;       // ssp: how many steps a worker may run ahead
   std::int64_t pull_every = 1;      // async: pull parameters every this many steps
   std::int64_t backup_workers = 0;  // bsp: a step uses the first workers - b gradients
+  // Pushes through a codec of compress/ (ps/compression.h, docs/PS.md "Compression"): none |
+  // fp16 | bf16 | sign | qsgd:B | topk:R | randomk:R; pulls: none | fp16 | bf16.
+  std::string compression = "none";
+  std::string pull_compression = "none";
+  std::string error_feedback = "auto";  // auto (the codec's default) | true | false
   bool operator==(const ParameterServerSection&) const = default;
 };
 
@@ -206,6 +219,27 @@ struct PipelineSection {
   bool operator==(const PipelineSection&) const = default;
 };
 
+// [federated], read by parallel.strategy = "federated" (strategies/federated/, docs/FEDERATED.md):
+// FedAvg over `clients` simulated clients spread over the ranks; each round a fraction of them runs
+// local_epochs epochs from the global model, which then becomes their sample-weighted average.
+struct FederatedSection {
+  std::int64_t clients = 100;     // K
+  double client_fraction = 0.1;   // C in (0, 1]: max(1, floor(C K)) clients per round
+  std::int64_t local_epochs = 1;  // E
+  std::int64_t rounds = 100;      // communication rounds (train.epochs does not apply)
+  std::string partition = "iid";  // iid | shards[:S] | dirichlet:A (data/client_partition.h)
+  double fedprox_mu = 0.0;        // FedProx's mu; 0 = FedAvg
+  double client_failure = 0.0;    // injected: probability a participant fails mid-round
+  bool operator==(const FederatedSection&) const = default;
+};
+
+// [tensor_parallel], read by parallel.strategy = "tensor_parallel" (strategies/tensor_parallel/
+// tensor_parallel_strategy.h, docs/TENSOR_PARALLEL.md): parallel.workers ranks, one group.
+struct TensorParallelSection {
+  std::string style = "megatron";  // megatron: column/row-parallel pairs (the GPT)
+  bool operator==(const TensorParallelSection&) const = default;
+};
+
 struct Config {
   ModelSection model;
   DataSection data;
@@ -218,6 +252,8 @@ struct Config {
   LocalSgdSection local_sgd;
   DecentralizedSection decentralized;
   PipelineSection pipeline;
+  TensorParallelSection tensor_parallel;
+  FederatedSection federated;
   // Sentences about how the text was written rather than what the run does (an old key name that
   // still works): printed with ignored_settings(). Two configs that train the same compare equal
   // whatever their notes.

@@ -83,11 +83,14 @@ RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
   std::mutex summary_mutex;
   try {
     auto data = std::make_shared<const RunData>(load_run_data(config.data));
-    // This process's replicas, before any is built (memory_budget.h).
+    // This process's replicas, before any is built (memory_budget.h); a model built in code has
+    // no ModelSpec to estimate it from.
     const int workers = static_cast<int>(config.parallel.workers);
-    check_memory_budget(
-        config, model_spec(config.model, data->train.sample_shape(), data->train.num_classes),
-        workers, workers * comm::mpi_world_size(), run_data_bytes(*data));
+    if (!options.make_model) {
+      check_memory_budget(
+          config, model_spec(config.model, data->train.sample_shape(), data->train.num_classes),
+          workers, workers * comm::mpi_world_size(), run_data_bytes(*data));
+    }
     comm::spawn_process_ranks(
         static_cast<int>(config.parallel.workers),
         [&](comm::Communicator& comm) {
@@ -122,6 +125,7 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
     for (const std::string& ignored : ignored_settings(config)) log::warn("{}", ignored);
   }
   const StrategyInfo& strategy = find_strategy(config.parallel.strategy);
+  if (options.make_model) check_takes_model_factory(strategy);
   if (strategy.run_whole) return strategy.run_whole(config, options);
   if (comm::launched_by_mpirun()) return run_under_mpi(config, options);
   const int workers = strategy.thread_ranks ? strategy.thread_ranks(config)
@@ -133,11 +137,14 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
   validate(config);
   auto data = std::make_shared<const RunData>(load_run_data(config.data));
   // Every replica of this process at once, before any is built (memory_budget.h); parameter
-  // servers together hold one more copy, not one per server.
-  check_memory_budget(config,
-                      model_spec(config.model, data->train.sample_shape(), data->train.num_classes),
-                      std::min(workers, static_cast<int>(config.parallel.workers) + 1), workers,
-                      run_data_bytes(*data));
+  // servers together hold one more copy, not one per server. (Not for a model built in code: no
+  // ModelSpec describes it.)
+  if (!options.make_model) {
+    check_memory_budget(
+        config, model_spec(config.model, data->train.sample_shape(), data->train.num_classes),
+        std::min(workers, static_cast<int>(config.parallel.workers) + 1), workers,
+        run_data_bytes(*data));
+  }
   RunSummary summary;
   std::mutex summary_mutex;
   comm::spawn_ranks(

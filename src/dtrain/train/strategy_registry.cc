@@ -5,11 +5,13 @@
 #include "dtrain/base/error.h"
 #include "dtrain/train/strategies/data_parallel/data_parallel_strategy.h"
 #include "dtrain/train/strategies/decentralized/decentralized_sgd.h"
+#include "dtrain/train/strategies/federated/federated_run.h"
 #include "dtrain/train/strategies/hogwild/hogwild_run.h"
 #include "dtrain/train/strategies/local_sgd/local_sgd.h"
 #include "dtrain/train/strategies/parameter_server/ps_run.h"
 #include "dtrain/train/strategies/pipeline/pipeline_strategy.h"
 #include "dtrain/train/strategies/single_worker.h"
+#include "dtrain/train/strategies/tensor_parallel/tensor_parallel_strategy.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::train {
@@ -30,7 +32,7 @@ std::vector<StrategyInfo> make_registry() {
       "synchronous data parallelism, gradients averaged by an allreduce every step (buckets, "
       "overlap, ZeRO-1)",
       "docs/PARALLEL.md", replicas<DataParallel>, nullptr, nullptr, nullptr,
-      /*pin_ranks=*/true});
+      /*pin_ranks=*/true, /*takes_model_factory=*/true});
   registry.push_back(StrategyInfo{
       "parameter_server",
       "parameter servers: workers push gradients and pull parameters (bsp, async, ssp, backup "
@@ -51,7 +53,7 @@ std::vector<StrategyInfo> make_registry() {
       "each rank takes local_sgd.period steps alone, then the replicas average their parameters "
       "(local SGD)",
       "docs/LOCAL_SGD.md", replicas<LocalSgd>, nullptr, nullptr, nullptr,
-      /*pin_ranks=*/true});
+      /*pin_ranks=*/true, /*takes_model_factory=*/true});
   // run_rank only hands the strategy the run's test set (each replica's accuracy at the end); a
   // Trainer built with `make` trains the same without that list.
   registry.push_back(StrategyInfo{
@@ -59,13 +61,26 @@ std::vector<StrategyInfo> make_registry() {
       "each rank keeps its own replica and, every step, averages it with its neighbours in "
       "decentralized.topology (D-PSGD)",
       "docs/DECENTRALIZED.md", replicas<DecentralizedSgd>, nullptr, run_decentralized_rank, nullptr,
-      /*pin_ranks=*/true});
+      /*pin_ranks=*/true, /*takes_model_factory=*/true});
   registry.push_back(
       StrategyInfo{"pipeline",
                    "pipeline parallelism: the layers cut into one stage per rank, each batch in "
                    "pipeline.micro_batches micro-batches (GPipe, 1F1B)",
                    "docs/PIPELINE.md", replicas<Pipeline>, nullptr, nullptr, nullptr,
-                   /*pin_ranks=*/true});
+                   /*pin_ranks=*/true, /*takes_model_factory=*/true});
+  // run_rank: a federated run is rounds of simulated clients on each rank, not one Trainer.
+  registry.push_back(StrategyInfo{
+      "federated",
+      "federated averaging: each round a fraction of federated.clients simulated clients trains "
+      "local epochs from the global model, which becomes their sample-weighted average (FedAvg, "
+      "FedProx)",
+      "docs/FEDERATED.md", nullptr, nullptr, run_federated_rank, nullptr, /*pin_ranks=*/true});
+  registry.push_back(StrategyInfo{
+      "tensor_parallel",
+      "tensor (operator) parallelism: each GPT block's attention split by heads and its MLP by "
+      "hidden units over the ranks (Megatron-LM column/row-parallel Linear)",
+      "docs/TENSOR_PARALLEL.md", replicas<TensorParallel>, nullptr, nullptr, nullptr,
+      /*pin_ranks=*/true});
   return registry;
 }
 
@@ -81,6 +96,20 @@ const StrategyInfo* find_strategy_or_null(std::string_view name) {
     if (info.name == name) return &info;
   }
   return nullptr;
+}
+
+void check_takes_model_factory(const StrategyInfo& info) {
+  if (info.takes_model_factory) return;
+  std::string accepted;
+  for (const StrategyInfo& other : strategy_registry()) {
+    if (!other.takes_model_factory) continue;
+    if (!accepted.empty()) accepted += ", ";
+    accepted += other.name;
+  }
+  throw ConfigError(
+      fmt::format("parallel.strategy = \"{}\" builds its model from model.name, not from "
+                  "TrainerOptions::make_model; train a model built in code with one of: {}",
+                  info.name, accepted));
 }
 
 const StrategyInfo& find_strategy(std::string_view name) {

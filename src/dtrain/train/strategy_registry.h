@@ -44,10 +44,18 @@ struct StrategyInfo {
   // Rank threads with one compute thread each are bound to distinct CPUs when they fit (launch.cc);
   // false where a rank runs extra threads of its own (colocated parameter servers).
   bool pin_ranks = false;
+  // Whether its ranks train the Trainer's model, so that a model built in code
+  // (TrainerOptions::make_model, docs/LIBRARY.md) trains under it; false where the strategy builds
+  // its model from model.name in code of its own (parameter servers, Hogwild!, tensor parallelism).
+  bool takes_model_factory = false;
 };
 
 // Every strategy, in the order `--help` lists them.
 const std::vector<StrategyInfo>& strategy_registry();
+
+// Nothing when `info` takes a model built in code (takes_model_factory); else a ConfigError naming
+// the strategies that do.
+void check_takes_model_factory(const StrategyInfo& info);
 
 // The entry named `name`; ConfigError naming the accepted names otherwise.
 const StrategyInfo& find_strategy(std::string_view name);

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -22,6 +23,8 @@
 #include "dtrain/base/stop_request.h"
 #include "dtrain/base/timer.h"
 #include "dtrain/train/checkpoint_dir.h"
+#include "dtrain/train/config.h"
+#include "dtrain/train/memory_checkpoint.h"
 
 extern char** environ;
 
@@ -168,6 +171,27 @@ int rank_named_in(const std::string& error_line) {
   return -1;
 }
 
+namespace {
+
+// The folder of the run's memory tier when its resolved.toml turns one on (the folder is a
+// setting of the run).
+std::optional<std::string> memory_folder_of(const std::string& run_dir) {
+  const fs::path resolved = fs::path(run_dir) / "resolved.toml";
+  std::error_code ec;
+  if (!fs::exists(resolved, ec)) return std::nullopt;
+  try {
+    const Config config = load_config(resolved.string());
+    if (config.train.memory_checkpoint_every_steps > 0) {
+      return config.train.memory_checkpoint_folder;
+    }
+  } catch (const Error&) {
+    // The restart reads resolved.toml itself and says what is wrong with it.
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 int supervise(const SupervisorOptions& options) {
   install_stop_handlers();
   std::error_code ec;
@@ -248,8 +272,13 @@ int supervise(const SupervisorOptions& options) {
     record["last_logged_step"] = logged;
     try {
       CheckpointDir dir((fs::path(options.run_dir) / "checkpoints").string(), 0);
-      if (dir.has_any()) {
-        const VerifiedCheckpoint good = dir.newest_good();
+      std::optional<MemoryCheckpoint> memory;
+      if (const auto folder = memory_folder_of(options.run_dir)) {
+        memory.emplace(options.run_dir, *folder);
+      }
+      const MemoryCheckpoint* const tier = memory ? &*memory : nullptr;
+      if (has_any_checkpoint(dir, tier)) {
+        const VerifiedCheckpoint good = newest_checkpoint(dir, tier);
         record["checkpoint"] = good.path;
         record["checkpoint_step"] = good.checkpoint.global_step;
         record["steps_lost_at_least"] =

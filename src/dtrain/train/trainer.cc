@@ -1,6 +1,7 @@
 #include "dtrain/train/trainer.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -23,6 +24,7 @@
 #include "dtrain/train/checkpoint_dir.h"
 #include "dtrain/train/checkpoint_writer.h"
 #include "dtrain/train/fault_injection.h"
+#include "dtrain/train/memory_checkpoint.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/statistics.h"
 #include "dtrain/train/strategy_registry.h"
@@ -37,6 +39,21 @@ constexpr std::int64_t kEvalBatch = 1000;
 constexpr double kNotReached = -1.0;
 
 std::string tta_scalar(double target) { return "tta:" + AccuracyTargets::key(target); }
+
+// Whether every rank of `comm` runs on the host of this one: the host names' hashes agree (one
+// allreduce of 4 x 32 bits: max of each half and of its negation).
+bool all_ranks_on_one_host(comm::Communicator& comm) {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  const std::uint64_t hash = std::hash<std::string_view>{}(name);
+  const auto low = static_cast<std::int32_t>(hash & 0x7fffffffu);
+  const auto high = static_cast<std::int32_t>((hash >> 32) & 0x7fffffffu);
+  std::int32_t bounds[4] = {low, high, -low, -high};
+  comm::CollectiveOptions options;
+  options.check_header = false;  // every rank calls it at the same point of the start
+  comm.allreduce(bounds, 4, DType::kI32, comm::ReduceOp::kMax, options);
+  return bounds[0] == -bounds[2] && bounds[1] == -bounds[3];
+}
 
 // A resumed run repeats the steps after its checkpoint (global step `step`, `epoch` epochs
 // complete), so records the interrupted run wrote for them are dropped first: metrics.jsonl then
@@ -63,6 +80,12 @@ double checkpoint_interval_seconds(const TrainSection& t, double cost_seconds) {
   if (t.checkpoint_every_seconds > 0.0) return t.checkpoint_every_seconds;
   if (t.mtbf_hours <= 0.0) return 0.0;
   return std::sqrt(2.0 * cost_seconds * t.mtbf_hours * 3600.0);
+}
+
+// The model's name in the banner and summary.json: model.name, or "custom" for a model built in
+// code (TrainerOptions::make_model).
+std::string model_label(const Config& config, const TrainerOptions& options) {
+  return options.make_model ? std::string("custom") : config.model.name;
 }
 
 }  // namespace
@@ -135,17 +158,38 @@ Trainer::Trainer(Config config, TrainerOptions options)
     throw DataError(fmt::format("the training set of {} in {} is empty", config_.data.dataset,
                                 config_.data.path));
   }
-  const nn::ModelSpec spec =
-      model_spec(config_.model, data_->train.sample_shape(), data_->train.num_classes);
-  // Refused before anything is allocated when this replica cannot fit (memory_budget.h: each
-  // part's bytes and the bytes available); a big model is announced, building it takes a while.
-  const auto need =
-      check_memory_budget(config_, spec, 1, options_.comm != nullptr ? options_.comm->size() : 1,
-                          run_data_bytes(*data_));
-  if (!options_.quiet && (options_.comm == nullptr || options_.comm->rank() == 0)) {
-    announce_model_build(options_.out, need);
+  if (options_.make_model) {
+    // A model built in code: its factory says what it is; no ModelSpec describes it. (A launcher
+    // that brings its own strategy, make_strategy, has checked the registry's entry already.)
+    if (!options_.make_strategy)
+      check_takes_model_factory(find_strategy(config_.parallel.strategy));
+    model_ = options_.make_model(data_->train.sample_shape(), data_->train.num_classes);
+    if (model_ == nullptr) {
+      throw ConfigError(
+          "TrainerOptions::make_model returned no model; return the nn::Model it built "
+          "(docs/LIBRARY.md)");
+    }
+    if (model_->sample_shape() != data_->train.sample_shape()) {
+      throw ShapeError(fmt::format(
+          "TrainerOptions::make_model built a model for samples of shape {} but {} has samples "
+          "of shape {}; construct the nn::Model with the sample_shape the factory is given",
+          tensor::shape_str(model_->sample_shape()), data_->train.name,
+          tensor::shape_str(data_->train.sample_shape())));
+    }
+    model_->build();  // checks that the layers fit each other; nothing when the factory built it
+  } else {
+    const nn::ModelSpec spec =
+        model_spec(config_.model, data_->train.sample_shape(), data_->train.num_classes);
+    // Refused before anything is allocated when this replica cannot fit (memory_budget.h: each
+    // part's bytes and the bytes available); a big model is announced, building it takes a while.
+    const auto need =
+        check_memory_budget(config_, spec, 1, options_.comm != nullptr ? options_.comm->size() : 1,
+                            run_data_bytes(*data_));
+    if (!options_.quiet && (options_.comm == nullptr || options_.comm->rank() == 0)) {
+      announce_model_build(options_.out, need);
+    }
+    model_ = nn::build_model(spec);
   }
-  model_ = nn::build_model(spec);
   model_->init(static_cast<std::uint64_t>(config_.train.seed));
   if (options_.comm != nullptr) {
     comm::Communicator& comm = *options_.comm;
@@ -278,8 +322,23 @@ RunSummary Trainer::run() {
   // beginning (its resolved.toml says how) instead of refusing; a fresh run into the folder is
   // refused (it holds metrics.jsonl), so the two messages would otherwise send the user in a
   // circle.
+  // Tier 1: checkpoints in shared memory (memory_checkpoint.h). Every rank reads it on a resume,
+  // so it is used only when every rank runs on rank 0's host.
+  std::optional<MemoryCheckpoint> memory;
+  if (t.memory_checkpoint_every_steps > 0) {
+    memory.emplace(dir.string(), t.memory_checkpoint_folder);
+    if (comm != nullptr && world_ > 1 && !all_ranks_on_one_host(*comm)) {
+      memory.reset();
+      if (writer) {
+        log::warn(
+            "train.memory_checkpoint_every_steps is ignored: the ranks run on more than one host, "
+            "and a memory checkpoint lives on one (docs/FAULTS.md); checkpoints/ is used alone");
+      }
+    }
+  }
+  MemoryCheckpoint* const memory_tier = memory ? &*memory : nullptr;
   bool resume = options_.resume;
-  if (resume && !checkpoints.has_any()) {
+  if (resume && !has_any_checkpoint(checkpoints, memory_tier)) {
     resume = false;
     if (writer) {
       log::info(
@@ -290,7 +349,7 @@ RunSummary Trainer::run() {
     }
   }
   if (resume) {
-    const auto [path, checkpoint] = checkpoints.newest_good();
+    const auto [path, checkpoint] = newest_checkpoint(checkpoints, memory_tier);
     if (checkpoint.seed != seed) {
       throw CheckpointError(fmt::format(
           "checkpoint {} was written with train.seed = {} but the run's resolved.toml says {}",
@@ -371,8 +430,8 @@ RunSummary Trainer::run() {
   progress.message(fmt::format(
       "dtrain: {} ({} parameters) on {} ({} train / {} test samples), {} epochs of {} steps; "
       "run folder {}",
-      config_.model.name, model_->store().num_params(), data_->train.name, n, data_->test.size(),
-      t.epochs, plan_->steps_per_epoch(), dir.string()));
+      model_label(config_, options_), model_->store().num_params(), data_->train.name, n,
+      data_->test.size(), t.epochs, plan_->steps_per_epoch(), dir.string()));
   for (const std::string& line : strategy_->describe()) progress.message(line);
   if (resume) {
     progress.message(fmt::format("resuming at epoch {} (step {}{})", start_epoch + 1, global_step,
@@ -397,9 +456,9 @@ RunSummary Trainer::run() {
   double snapshot_seconds = 0.0;
   // `epochs_done` complete epochs and `position` samples of the next (0: at an epoch boundary,
   // `epoch_sums` then unused); `fatal`: a failed write ends the run (its last checkpoint) instead
-  // of a warning.
+  // of a warning; `to_memory`: into the memory tier, on this thread, instead of checkpoints/.
   auto save = [&](std::int64_t epochs_done, std::int64_t position, const EpochCarry& epoch_sums,
-                  bool fatal) {
+                  bool fatal, bool to_memory = false) {
     Stopwatch clock;
     Checkpoint c;
     c.epoch = epochs_done;
@@ -437,6 +496,14 @@ RunSummary Trainer::run() {
     }
     if (!writer) return;
     capture_from(model_->store(), c);
+    if (to_memory) {
+      try {
+        memory->save(c);
+      } catch (const CheckpointError& e) {
+        log::warn("{}; memory checkpoints are off for this run", e.what());
+      }
+      return;
+    }
     snapshot_seconds = clock.seconds();
     background->submit(std::move(c), fatal);
   };
@@ -448,6 +515,20 @@ RunSummary Trainer::run() {
   const bool mid_epoch = strategy_->keeps_checkpoints() && strategy_->checkpoints_mid_epoch() &&
                          (comm == nullptr || strategy_->collective());
   const bool agree = comm != nullptr && strategy_->collective();
+  // A memory checkpoint is due by the step count alone, so every rank takes part in the same ones.
+  auto memory_due = [&] {
+    return memory_tier != nullptr && global_step % t.memory_checkpoint_every_steps == 0;
+  };
+  if (memory_tier != nullptr) {
+    progress.message(
+        mid_epoch
+            ? fmt::format("memory checkpoints every {} steps in {} (tier 1: two slots the size "
+                          "of a checkpoint; they outlive the process, not the machine)",
+                          t.memory_checkpoint_every_steps, memory_tier->path())
+            : fmt::format("memory checkpoints ({} steps) are not taken: {} checkpoints at epoch "
+                          "ends only (docs/FAULTS.md)",
+                          t.memory_checkpoint_every_steps, strategy_->name()));
+  }
   // The cost C of a checkpoint before one was measured: its bytes at 500 MB/s.
   const double first_cost =
       1e-3 + static_cast<double>(model_->store().num_params()) * 4.0 * 3.0 / 500e6;
@@ -666,13 +747,14 @@ RunSummary Trainer::run() {
         const bool step_due =
             t.checkpoint_every_steps > 0 && global_step % t.checkpoint_every_steps == 0;
         const auto [signal, time_due] = control();
+        const EpochCarry so_far{epoch_loss_sum, static_cast<double>(epoch_correct), epoch_samples,
+                                epoch_seconds};
         if (mid_epoch && (signal != 0 || step_due || time_due)) {
-          save(epoch, step_in_epoch * batch,
-               EpochCarry{epoch_loss_sum, static_cast<double>(epoch_correct), epoch_samples,
-                          epoch_seconds},
-               /*fatal=*/signal != 0);
+          save(epoch, step_in_epoch * batch, so_far, /*fatal=*/signal != 0);
           since_checkpoint.reset();
           saved_at_stop = signal != 0;
+        } else if (mid_epoch && memory_due()) {
+          save(epoch, step_in_epoch * batch, so_far, /*fatal=*/false, /*to_memory=*/true);
         }
         if (signal != 0) {
           stopped_by = signal;
@@ -741,6 +823,8 @@ RunSummary Trainer::run() {
       save(epoch + 1, 0, EpochCarry{}, /*fatal=*/last || signal != 0);
       since_checkpoint.reset();
       saved_at_stop = signal != 0;
+    } else if (mid_epoch && memory_due()) {
+      save(epoch + 1, 0, EpochCarry{}, /*fatal=*/false, /*to_memory=*/true);
     }
     if (signal != 0) stopped_by = signal;
     if (stopped_by != 0) break;
@@ -751,7 +835,7 @@ RunSummary Trainer::run() {
   strategy_->finish(writer);
 
   RunSummary summary;
-  summary.model = config_.model.name;
+  summary.model = model_label(config_, options_);
   summary.dataset = data_->train.name;
   summary.parameters = model_->store().num_params();
   summary.epochs = t.epochs;
@@ -776,6 +860,8 @@ RunSummary Trainer::run() {
   summary.stopped_by_signal = stopped_by;
   if (!writer) return summary;
   background->wait();  // the last checkpoint is on disk before the run reports anything
+  // A finished run, or a stop whose checkpoint is newer, leaves nothing in memory for a restart.
+  if (memory_tier != nullptr && (stopped_by == 0 || saved_at_stop)) memory_tier->remove();
   if (stopped_by != 0) {
     const auto written = background->last_write();
     // Printed even with --quiet: the run is incomplete, and this says how to finish it.

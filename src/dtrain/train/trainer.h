@@ -55,6 +55,10 @@
 
 namespace dtrain::train {
 
+// (sample_shape, classes) -> an uninitialised model, built or not (TrainerOptions::make_model).
+using ModelFactory = std::function<std::unique_ptr<nn::Model>(const tensor::Shape& sample_shape,
+                                                              std::int64_t classes)>;
+
 struct TrainerOptions {
   std::string run_dir;      // created when missing
   bool resume = false;      // continue from run_dir/checkpoints/latest
@@ -67,6 +71,15 @@ struct TrainerOptions {
   // This rank's strategy, where its launcher builds it (a parameter-server worker gets its client
   // this way); null: the registry's for parallel.strategy.
   std::function<std::unique_ptr<Strategy>(const StrategyContext&)> make_strategy = nullptr;
+  // A model built in code (a library user's own architecture: docs/LIBRARY.md, examples/cpp/):
+  // called once per rank with one sample's shape and the data's class count, it returns the model
+  // (Model::build() done or not: the Trainer builds it) for samples of that shape, uninitialised:
+  // the Trainer calls init(train.seed), so every rank starts from the same parameters. Null:
+  // nn::build_model for model.name. With a factory the [model] keys are not read, the run is
+  // labelled "custom", the memory budget is not estimated beforehand (it is computed from a
+  // ModelSpec), and run_training refuses it under the strategies that build their model from
+  // model.name (StrategyInfo::takes_model_factory false: parameter_server, hogwild, ...).
+  ModelFactory make_model = nullptr;
 };
 
 // nn::ModelSpec for `config` on data whose samples have `sample_shape`, with `classes` outputs.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "dtrain/base/allocator_tuning.h"
 #include "dtrain/base/error.h"
 #include "dtrain/comm/comm_error.h"
 #include "dtrain/comm/rank_threads.h"
@@ -99,6 +100,7 @@ std::string missing_subcommand_message(const CLI::App& app, int argc, char** arg
 int main(int argc, char** argv) {
   using dtrain::apps::Command;
   dtrain::apps::set_command_line(argc, argv);
+  dtrain::tune_allocator_for_training();
   CLI::App app("dtrain: distributed training of neural networks", "dtrain");
   app.set_version_flag("--version", fmt::format("dtrain {}", dtrain::apps::kVersion));
   app.require_subcommand(1);

@@ -9,6 +9,7 @@
 #include "cli_checks.h"
 #include "commands.h"
 #include "dtrain/base/error.h"
+#include "dtrain/experiments/step_time_model.h"
 #include "dtrain/experiments/sweep.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/config.h"
@@ -151,10 +152,18 @@ int run_sweep_command(const SweepFlags& flags) {
       throw InternalError(context(e.what()));
     }
   }
+  // --compression: each codec's step time predicted beside the measured one (step_time_model.h).
+  experiments::StepTimeReport predicted;
+  if (!flags.compression.empty()) {
+    predicted = experiments::predict_sweep_step_times(result);
+    train::write_file_atomically((fs::path(out) / "step_time_model.json").string(),
+                                 experiments::step_time_json(predicted).dump(2) + "\n");
+  }
   if (flags.json) {
-    fmt::print("{}\n", experiments::sweep_json(result).dump(2));
+    fmt::print("{}\n", experiments::sweep_json(result).dump(2));  // the model: its own file
   } else {
     fmt::print("{}", experiments::sweep_table(result));
+    fmt::print("{}", experiments::step_time_table(predicted));
     fmt::print(stderr, "sweep.csv and sweep.json in {}\n", out);
   }
   return 0;

@@ -51,6 +51,7 @@ struct TrainFlags {
   std::int64_t backup_workers = -1;
   std::int64_t period = 0;
   std::int64_t micro_batches = 0;
+  std::int64_t tp = 0;
   std::string schedule;
   std::string topology;
   bool quiet = false;
@@ -275,11 +276,28 @@ Exit codes: 0 success, 1 bad command line, 2 bad input (config, data, checkpoint
 4 a rank failed or a deadline passed (--max-restarts restarts on 3, 4 and deaths by a signal),
 128 + signal: stopped by SIGTERM (143) or SIGINT (130) after saving a checkpoint.)";
 
+// --compression sets the strategy's own key: parameter_server.compression under parallel.strategy
+// = "parameter_server" (from --strategy, or else the config file with its --set overrides),
+// data_parallel.compression otherwise.
+std::string compression_key(const TrainFlags& flags) {
+  std::string strategy = flags.strategy;
+  if (strategy.empty() && flags.resume.empty()) {
+    strategy = train::load_config(flags.config, flags.sets).parallel.strategy;
+  }
+  return strategy == "parameter_server" || strategy == "ps" ? "parameter_server.compression"
+                                                            : "data_parallel.compression";
+}
+
 int run_train(const TrainFlags& flags) {
   std::vector<std::string> overrides = flags.sets;
   if (flags.epochs > 0) overrides.push_back(fmt::format("train.epochs={}", flags.epochs));
   if (flags.threads > 0) overrides.push_back(fmt::format("train.threads={}", flags.threads));
   if (flags.workers > 0) overrides.push_back(fmt::format("parallel.workers={}", flags.workers));
+  if (flags.tp > 0) {
+    // --tp P: tensor parallelism over P ranks (the whole run is one tensor-parallel group).
+    overrides.push_back(std::string("parallel.strategy=\"tensor_parallel\""));
+    overrides.push_back(fmt::format("parallel.workers={}", flags.tp));
+  }
   if (!flags.strategy.empty()) {
     overrides.push_back(fmt::format("parallel.strategy=\"{}\"", flags.strategy));
   }
@@ -302,7 +320,7 @@ int run_train(const TrainFlags& flags) {
   }
   if (flags.sync_bn) overrides.push_back("data_parallel.sync_batch_norm=true");
   if (!flags.compression.empty()) {
-    overrides.push_back(fmt::format("data_parallel.compression=\"{}\"", flags.compression));
+    overrides.push_back(fmt::format("{}=\"{}\"", compression_key(flags), flags.compression));
   }
   if (!flags.aggregator.empty()) {
     overrides.push_back(fmt::format("data_parallel.aggregator=\"{}\"", flags.aggregator));
@@ -486,7 +504,8 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--compression", flags->compression,
                   "data_parallel: compress each gradient bucket (data_parallel.compression): "
                   "none, fp16, bf16, sign, qsgd:BITS, topk:RATIO|K, randomk:RATIO|K, "
-                  "powersgd:RANK (docs/COMPRESSION.md)")
+                  "powersgd:RANK (docs/COMPRESSION.md); parameter_server: compress each "
+                  "worker's push (parameter_server.compression; all but powersgd, docs/PS.md)")
       ->type_name("CODEC");
   sub->add_option("--aggregator", flags->aggregator,
                   "data_parallel: combine the ranks' gradients robustly "
@@ -537,6 +556,10 @@ Command add_train_command(CLI::App& app) {
       ->check(at_least(1));
   sub->add_option("--schedule", flags->schedule,
                   "--strategy pipeline: gpipe or 1f1b (pipeline.schedule)");
+  sub->add_option("--tp", flags->tp,
+                  "tensor parallelism over P ranks: --strategy tensor_parallel --workers P "
+                  "(GPT only; docs/TENSOR_PARALLEL.md)")
+      ->check(at_least(1));
   sub->add_option("--topology", flags->topology,
                   "--strategy decentralized: ring, torus, exponential, one-peer-exponential or "
                   "full (decentralized.topology)")

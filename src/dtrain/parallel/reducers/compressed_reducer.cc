@@ -265,6 +265,66 @@ comm::Work CompressedReducer::reduce_async(const GradientBucket& bucket, float* 
   return done;
 }
 
+std::vector<optim::StateTensor> CompressedReducer::state() const {
+  std::vector<optim::StateTensor> out;
+  if (feedback_) {
+    const auto residual = feedback_->residual();
+    out.push_back({"compression/residual", {residual.begin(), residual.end()}});
+  }
+  // Counts as floats: exact below 2^24 exchanges.
+  std::vector<float> exchanges;
+  for (const std::int64_t count : exchanges_) {
+    DTRAIN_CHECK_LT(count, std::int64_t{1} << 24);
+    exchanges.push_back(static_cast<float>(count));
+  }
+  out.push_back({"compression/exchanges", std::move(exchanges)});
+  if (!codec_) {
+    std::vector<float> q;
+    for (const BucketState& state : states_) {
+      for (const LowRankPiece& piece : state.pieces) {
+        if (piece.power)
+          q.insert(q.end(), piece.power->q(), piece.power->q() + piece.power->q_count());
+      }
+    }
+    out.push_back({"compression/powersgd_q", std::move(q)});
+  }
+  return out;
+}
+
+void CompressedReducer::load_state(const std::vector<optim::StateTensor>& state,
+                                   const std::string& path) {
+  const std::vector<optim::StateTensor> expected = this->state();
+  for (const optim::StateTensor& want : expected) {
+    const auto found = std::find_if(state.begin(), state.end(), [&](const optim::StateTensor& t) {
+      return t.name == want.name;
+    });
+    if (found == state.end() || found->values.size() != want.values.size()) {
+      throw CheckpointError(
+          fmt::format("checkpoint {}: {} {} for {} ({} floats expected): it was written by another "
+                      "compression setting; resume it with the run's own resolved.toml",
+                      path, want.name, found == state.end() ? "is missing" : "has another size",
+                      spec_.text(), want.values.size()));
+    }
+    if (want.name == "compression/residual") {
+      feedback_->set_residual(found->values);
+    } else if (want.name == "compression/exchanges") {
+      for (std::size_t b = 0; b < exchanges_.size(); ++b) {
+        exchanges_[b] = static_cast<std::int64_t>(found->values[b]);
+        states_[b].steps = std::max<std::int64_t>(0, exchanges_[b] - warmup_steps_);
+      }
+    } else {
+      const float* from = found->values.data();
+      for (BucketState& bucket : states_) {
+        for (LowRankPiece& piece : bucket.pieces) {
+          if (!piece.power) continue;
+          std::copy_n(from, piece.power->q_count(), piece.power->q());
+          from += piece.power->q_count();
+        }
+      }
+    }
+  }
+}
+
 ReducerFactory compressed_reducer(const compress::CodecSpec& spec, std::uint64_t seed,
                                   std::int64_t warmup_steps) {
   if (spec.kind == compress::CodecKind::kNone) return allreduce_reducer();

@@ -42,6 +42,7 @@
 #include "dtrain/compress/codec_spec.h"
 #include "dtrain/compress/error_feedback.h"
 #include "dtrain/compress/powersgd.h"
+#include "dtrain/optim/optimizer.h"
 #include "dtrain/parallel/gradient_reducer.h"
 
 namespace dtrain::parallel {
@@ -63,6 +64,20 @@ class CompressedReducer final : public GradientReducer {
   std::string algorithm() const override;
   void reduce(const GradientBucket& bucket, float* grads) override;
   comm::Work reduce_async(const GradientBucket& bucket, float* grads) override;
+
+  // Checkpoints: what this rank's exchanges carry from one step to the next, so that a resumed run
+  // continues bitwise (data_parallel_strategy.h stores it per rank):
+  //   "compression/residual"    error feedback's residual (the gradient's layout; only with error
+  //                             feedback)
+  //   "compression/exchanges"   each bucket's exchange count (warm-up included): the codecs' seeds
+  //                             depend on it, and so does the end of the warm-up
+  //   "compression/powersgd_q"  PowerSGD: every low-rank piece's Q (the warm start), bucket by
+  //                             bucket
+  // Cost: 4 (N + buckets + sum of Q sizes) bytes per rank.
+  std::vector<optim::StateTensor> state() const;
+  // Takes back what state() gave (the same names and sizes: the same run on as many ranks);
+  // CheckpointError naming `path` otherwise.
+  void load_state(const std::vector<optim::StateTensor>& state, const std::string& path);
 
  private:
   // PowerSGD's view of a bucket: one low-rank piece per tensor that gains from it (a weight

@@ -41,12 +41,18 @@ RobustReducer::RobustReducer(const ReducerContext& context, const RobustOptions&
     BucketState& state = states_[b];
     state.gathered.resize(static_cast<std::size_t>(context.buckets[b].count) *
                           static_cast<std::size_t>(ranks));
+    if (options.worker_momentum > 0.0f) {
+      state.momentum.assign(static_cast<std::size_t>(context.buckets[b].count), 0.0f);
+    }
     state.aggregator = aggregate::parse_aggregator(options.aggregator, f, options.seed);
     state.aggregator->check_inputs(ranks);
   }
   collective_ = states_.empty() ? options.aggregator : states_.front().aggregator->name();
   collective_ += " allgather";
   if (attack_) collective_ += fmt::format(" + {} on {} rank(s)", attack_->name(), f);
+  if (options.worker_momentum > 0.0f) {
+    collective_ += fmt::format(" of worker momenta (beta {:g})", options.worker_momentum);
+  }
 }
 
 RobustReducer::~RobustReducer() = default;
@@ -57,9 +63,38 @@ std::size_t RobustReducer::index_of(const GradientBucket& bucket) const {
   return index;
 }
 
-void RobustReducer::scale(const GradientBucket& bucket, float* grads) const {
+void RobustReducer::scale(const GradientBucket& bucket, float* grads) {
   const auto p = static_cast<float>(context_.comm.size());
   for (std::int64_t i = 0; i < bucket.count; ++i) grads[i] *= p;
+  std::vector<float>& momentum = states_[index_of(bucket)].momentum;
+  if (momentum.empty()) return;
+  const float beta = options_.worker_momentum;
+  for (std::int64_t i = 0; i < bucket.count; ++i) {
+    momentum[static_cast<std::size_t>(i)] = beta * momentum[static_cast<std::size_t>(i)] + grads[i];
+    grads[i] = momentum[static_cast<std::size_t>(i)];
+  }
+}
+
+std::vector<float> RobustReducer::momentum() const {
+  std::vector<float> values;
+  for (const BucketState& state : states_) {
+    values.insert(values.end(), state.momentum.begin(), state.momentum.end());
+  }
+  return values;
+}
+
+void RobustReducer::load_momentum(const std::vector<float>& values) {
+  std::size_t at = 0;
+  for (BucketState& state : states_) {
+    if (at + state.momentum.size() > values.size()) break;
+    std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(at), state.momentum.size(),
+                state.momentum.begin());
+    at += state.momentum.size();
+  }
+  if (at != values.size() || momentum().size() != values.size()) {
+    throw InternalError(fmt::format("RobustReducer::load_momentum: {} values for {} momenta",
+                                    values.size(), momentum().size()));
+  }
 }
 
 void RobustReducer::combine(std::size_t b, const GradientBucket& bucket, float* grads) {

@@ -59,6 +59,11 @@ struct RobustOptions {
   std::string attack = "none";      // "none" or an aggregate::parse_attack spec
   int byzantine = 0;                // f: the last f ranks attack; Krum's f
   std::uint64_t seed = 0;           // bucketing's shuffles and the noise attack
+  // beta > 0: each rank sends its momentum m_r = beta m_r + P g_r in place of P g_r (worker
+  // momentum, Karimireddy et al. ICML 2021), so the aggregator combines momenta, whose noise is
+  // about (1 - beta) / (1 + beta) of the gradients' variance; with the mean this is SGD with
+  // momentum beta (the optimizer's momentum is then 0).
+  float worker_momentum = 0.0f;
 };
 
 class RobustReducer final : public GradientReducer {
@@ -77,16 +82,23 @@ class RobustReducer final : public GradientReducer {
   // For tests: bucket b's gathered rows of the last exchange, (P, n), after the attack.
   const std::vector<float>& gathered(std::size_t b) const { return states_[b].gathered; }
 
+  // This rank's worker momentum of every bucket, in bucket order (empty without it), for
+  // checkpoints; load_momentum takes the same back (InternalError on another size).
+  std::vector<float> momentum() const;
+  void load_momentum(const std::vector<float>& values);
+
  private:
   struct BucketState {
     std::vector<float> gathered;  // (P, n): every rank's row
+    std::vector<float> momentum;  // (n): this rank's worker momentum (worker_momentum > 0)
     std::unique_ptr<aggregate::Aggregator> aggregator;
     std::int64_t steps = 0;
   };
 
   std::size_t index_of(const GradientBucket& bucket) const;
-  // grads *= P (the rows' units, step 1 above).
-  void scale(const GradientBucket& bucket, float* grads) const;
+  // grads *= P (the rows' units, step 1 above); then, with worker momentum, grads = m = beta m +
+  // grads.
+  void scale(const GradientBucket& bucket, float* grads);
   // Steps 3 and 4: the attack on the gathered rows, then the aggregate into grads.
   void combine(std::size_t b, const GradientBucket& bucket, float* grads);
 

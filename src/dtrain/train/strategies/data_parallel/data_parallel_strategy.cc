@@ -7,12 +7,14 @@
 #include <span>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/log.h"
 #include "dtrain/parallel/optimizer_shards.h"
 #include "dtrain/parallel/rank_agreement.h"
 #include "dtrain/parallel/reducers/allreduce_reducer.h"
 #include "dtrain/parallel/reducers/compressed_reducer.h"
 #include "dtrain/parallel/reducers/robust_reducer.h"
 #include "dtrain/parallel/reducers/zero1_reducer.h"
+#include "dtrain/train/strategies/per_rank_state.h"
 
 namespace dtrain::train {
 
@@ -108,12 +110,20 @@ DataParallel::DataParallel(const StrategyContext& context)
   } else if (zero_.shard) {
     dp.reducer = parallel::zero1_reducer();
   } else if (codec_.kind != compress::CodecKind::kNone) {
-    dp.reducer = parallel::compressed_reducer(codec_, static_cast<std::uint64_t>(config.train.seed),
-                                              config.data_parallel.compression_warmup_steps);
+    // Kept to checkpoint its per-rank state (error feedback's residual, seeds' steps, Q).
+    dp.reducer = [this, factory = parallel::compressed_reducer(
+                            codec_, static_cast<std::uint64_t>(config.train.seed),
+                            config.data_parallel.compression_warmup_steps)](
+                     const parallel::ReducerContext& reducer_context) {
+      std::unique_ptr<parallel::GradientReducer> reducer = factory(reducer_context);
+      compressed_ = dynamic_cast<parallel::CompressedReducer*>(reducer.get());
+      return reducer;
+    };
   } else if (robust_) {
     dp.reducer = parallel::robust_reducer({section.aggregator, section.attack,
                                            static_cast<int>(section.byzantine),
-                                           static_cast<std::uint64_t>(config.train.seed)});
+                                           static_cast<std::uint64_t>(config.train.seed),
+                                           static_cast<float>(section.worker_momentum)});
   } else {
     dp.reducer = parallel::allreduce_reducer();
   }
@@ -200,6 +210,13 @@ StepResult DataParallel::step(const StepInput& input, optim::Optimizer& optimize
 
 std::vector<optim::StateTensor> DataParallel::checkpoint_state(const optim::Optimizer& optimizer) {
   std::vector<optim::StateTensor> state = optimizer.state();
+  if (compressed_ != nullptr) {
+    // Each rank's residual is its own: every rank's, under "rank<r>/" (allgathered: every rank
+    // returns the same state).
+    for (optim::StateTensor& tensor : gather_per_rank(comm_, compressed_->state(), false)) {
+      state.push_back(std::move(tensor));
+    }
+  }
   if (!sharded()) return state;
   // Each rank holds its shard's state; the sum of the zero-filled expansions is the whole (every
   // element is non-zero on one rank at most), the same layout as an unsharded run's.
@@ -215,6 +232,7 @@ std::vector<optim::StateTensor> DataParallel::checkpoint_state(const optim::Opti
 void DataParallel::restore_state(std::vector<optim::StateTensor> state,
                                  std::int64_t optimizer_steps, optim::Optimizer& optimizer,
                                  const std::string& path) {
+  restore_compression_state(state, path);
   if (sharded()) {
     // ZeRO-1: this rank's shard of the full state (a length mismatch is reported by load_state).
     for (optim::StateTensor& tensor : state) {
@@ -224,6 +242,32 @@ void DataParallel::restore_state(std::vector<optim::StateTensor> state,
     }
   }
   Strategy::restore_state(std::move(state), optimizer_steps, optimizer, path);
+}
+
+void DataParallel::restore_compression_state(std::vector<optim::StateTensor>& state,
+                                             const std::string& path) {
+  PerRankState split = split_per_rank(state, context_.rank);
+  // The optimizer's tensors stay; every rank's compression tensors go.
+  std::erase_if(state, [](const optim::StateTensor& tensor) {
+    return tensor.name.rfind("rank", 0) == 0 &&
+           tensor.name.find("/compression/") != std::string::npos;
+  });
+  if (compressed_ == nullptr) return;
+  if (std::cmp_equal(split.writers, context_.world)) {
+    compressed_->load_state(split.mine, path);
+    return;
+  }
+  if (context_.rank == 0) {
+    log::warn("{}",
+              split.writers == 0
+                  ? fmt::format("checkpoint {} holds no compression state ({}): error-feedback "
+                                "residuals and codec seeds restart at zero",
+                                path, codec_.text())
+                  : fmt::format("checkpoint {} holds the compression state of {} ranks, this run "
+                                "has {}: error-feedback residuals and codec seeds restart at zero "
+                                "(a residual is its rank's own)",
+                                path, split.writers, context_.world));
+  }
 }
 
 std::vector<std::string> DataParallel::describe() const {

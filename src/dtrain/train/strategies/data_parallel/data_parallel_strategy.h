@@ -15,7 +15,10 @@
 //
 // Setup: the ranks check that config and parameter layout agree (the Trainer) and take rank 0's
 // parameters (broadcast). Checkpoints hold the whole optimizer state, in the layout of an unsharded
-// run (ZeRO-1 gathers its shards), so a run resumes sharded or not.
+// run (ZeRO-1 gathers its shards), so a run resumes sharded or not; with compression, also every
+// rank's error-feedback residual and codec steps under "rank<r>/compression/..."
+// (per_rank_state.h), taken back by a resume on as many ranks (bitwise) and restarted at zero on
+// another count.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +27,7 @@
 
 #include "dtrain/compress/codec_spec.h"
 #include "dtrain/parallel/gradient_synchronizer.h"
+#include "dtrain/parallel/reducers/compressed_reducer.h"
 #include "dtrain/parallel/sync_batch_norm.h"
 #include "dtrain/train/strategies/data_parallel/fused_update_policy.h"
 #include "dtrain/train/strategies/data_parallel/fusion_policy.h"
@@ -53,6 +57,10 @@ class DataParallel final : public Strategy {
  private:
   bool sharded() const { return sync_->reducer().sharded(); }
   bool fused() const { return !sync_->reducer().per_bucket(); }
+  // Takes this rank's compression state (error feedback's residual, ...) out of a checkpoint's
+  // and hands it to the compressed reducer: with the same number of ranks, else they restart at
+  // zero and rank 0 says so.
+  void restore_compression_state(std::vector<optim::StateTensor>& state, const std::string& path);
 
   comm::Communicator& comm_;
   OverlapDecision overlap_;            // data_parallel.overlap resolved for this host
@@ -64,6 +72,7 @@ class DataParallel final : public Strategy {
   bool flips_labels_ = false;          // attack labelflip, and this rank is one of the last f
   std::int64_t classes_ = 0;           // labelflip's C: the model's outputs per position
   std::vector<std::int32_t> flipped_;  // labelflip: this step's labels, flipped
+  parallel::CompressedReducer* compressed_ = nullptr;  // the reducer, when it is one
   std::unique_ptr<parallel::GradientSynchronizer> sync_;
   std::unique_ptr<parallel::SyncBatchNormReducer> bn_reducer_;
 };

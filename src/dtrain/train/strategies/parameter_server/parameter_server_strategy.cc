@@ -6,8 +6,10 @@
 #include <chrono>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/log.h"
 #include "dtrain/train/strategies/parameter_server/ps_run.h"
 #include "dtrain/train/strategies/parameter_server/ticket_plan.h"
+#include "dtrain/train/strategies/per_rank_state.h"
 
 namespace dtrain::train {
 
@@ -64,18 +66,35 @@ StepResult ParameterServerWorker::step(const StepInput& input, optim::Optimizer&
 }
 
 void ParameterServerWorker::before_evaluation() {
-  if (!ticketed()) return;  // bsp: the worker pulled this step's parameters
+  // bsp: the worker pulled this step's parameters, unless the pull was cast (pull_compression):
+  // then evaluate the servers' f32 copy, and pull the cast one again before the next step.
+  if (!ticketed() && !client_.compression().pulls_encoded()) return;
   nn::ParamStore& store = context_.model.store();
   client_.get({0, store.num_params()}, store.params());
+  if (!ticketed()) pull_first_ = true;
 }
 
 std::vector<optim::StateTensor> ParameterServerWorker::checkpoint_state(
     const optim::Optimizer& optimizer) {
+  // bsp with error feedback: every worker's residual, gathered at worker 0 (collective over the
+  // workers: bsp checkpoints are taken by all of them at the same step).
+  std::vector<optim::StateTensor> residuals;
+  if (!ticketed() && !client_.residual().empty()) {
+    const auto residual = client_.residual();
+    residuals = gather_per_rank(required_communicator(context_, "parameter-server training"),
+                                {{"compression/residual", {residual.begin(), residual.end()}}},
+                                /*root_only=*/true);
+  }
   if (context_.rank != 0) return {};  // worker 0 writes the checkpoint
   nn::ParamStore& store = context_.model.store();
   const ps::KeyRange all{0, store.num_params()};
-  // async / ssp: the servers' parameters now, with the state below, not this worker's last pull.
-  if (ticketed()) client_.get(all, store.params());
+  // async / ssp: the servers' parameters now, with the state below, not this worker's last pull;
+  // bsp with cast pulls: the servers' f32 copy (this worker pulls the cast one before its next
+  // step, as a resumed run does).
+  if (ticketed() || client_.compression().pulls_encoded()) {
+    client_.get(all, store.params());
+    pull_first_ = true;
+  }
   ps::OptimizerState servers = client_.get_state(all);
   std::vector<optim::StateTensor> state = optimizer.state();
   if (servers.vectors.size() != state.size()) {
@@ -92,12 +111,36 @@ std::vector<optim::StateTensor> ParameterServerWorker::checkpoint_state(
       at += static_cast<std::size_t>(segment.numel);
     }
   }
+  for (optim::StateTensor& tensor : residuals) state.push_back(std::move(tensor));
   return state;
+}
+
+void ParameterServerWorker::restore_residual(std::vector<optim::StateTensor>& state,
+                                             const std::string& path) {
+  PerRankState split = split_per_rank(state, context_.rank);
+  std::erase_if(state, [](const optim::StateTensor& tensor) {
+    return tensor.name.rfind("rank", 0) == 0 &&
+           tensor.name.find("/compression/") != std::string::npos;
+  });
+  if (client_.residual().empty()) return;
+  if (std::cmp_equal(split.writers, context_.world) && !split.mine.empty() &&
+      std::ssize(split.mine.front().values) == client_.layout().total()) {
+    client_.set_residual(split.mine.front().values);
+    return;
+  }
+  if (context_.rank == 0) {
+    log::warn("checkpoint {} holds {}: error-feedback residuals of the pushes restart at zero",
+              path,
+              split.writers == 0 ? std::string("no worker's residual (async and ssp keep none)")
+                                 : fmt::format("the residuals of {} workers, this run has {}",
+                                               split.writers, context_.world));
+  }
 }
 
 void ParameterServerWorker::restore_state(std::vector<optim::StateTensor> state,
                                           std::int64_t optimizer_steps, optim::Optimizer& optimizer,
                                           const std::string& path) {
+  restore_residual(state, path);
   nn::ParamStore& store = context_.model.store();
   const ps::KeyRange all{0, store.num_params()};
   // The checkpoint's state by key, which each server cuts its range from.
@@ -121,19 +164,38 @@ void ParameterServerWorker::restore_state(std::vector<optim::StateTensor> state,
     client_.set_state(all, by_key, optimizer_steps);
   }
   required_communicator(context_, "parameter-server training").barrier();
-  pull_first_ = ticketed();
+  pull_first_ = ticketed() || client_.compression().pulls_encoded();
 }
 
 std::vector<std::string> ParameterServerWorker::describe() const {
   const auto& p = context_.config.parameter_server;
   return {fmt::format(
-      "parameter servers: {} workers, {} servers, consistency {}{}{}{}", context_.world,
-      client_.layout().servers(), p.consistency,
-      p.consistency == "ssp" ? fmt::format(" (staleness <= {})", p.staleness) : "",
-      p.consistency == "async" && p.pull_every > 1
-          ? fmt::format(", pull every {} steps", p.pull_every)
-          : "",
-      p.backup_workers > 0 ? fmt::format(", {} backup worker(s)", p.backup_workers) : "")};
+              "parameter servers: {} workers, {} servers, consistency {}{}{}{}", context_.world,
+              client_.layout().servers(), p.consistency,
+              p.consistency == "ssp" ? fmt::format(" (staleness <= {})", p.staleness) : "",
+              p.consistency == "async" && p.pull_every > 1
+                  ? fmt::format(", pull every {} steps", p.pull_every)
+                  : "",
+              p.backup_workers > 0 ? fmt::format(", {} backup worker(s)", p.backup_workers) : ""),
+          push_line(), pull_line()};
+}
+
+std::string ParameterServerWorker::push_line() const {
+  const ps::Compression& c = client_.compression();
+  return fmt::format("pushes {}{}: {}", c.pushes_encoded() ? "compressed, " : "uncompressed",
+                     c.pushes_encoded()
+                         ? fmt::format("{} decoded by the servers, error feedback {} per worker",
+                                       c.push.text(), c.push.error_feedback ? "on" : "off")
+                         : std::string(),
+                     ps::push_bytes_formula(c, client_.layout()));
+}
+
+std::string ParameterServerWorker::pull_line() const {
+  const ps::Compression& c = client_.compression();
+  return fmt::format("pulls {}: {}",
+                     c.pulls_encoded() ? "cast to " + c.pull.text() + " (f32 kept on the servers)"
+                                       : std::string("f32"),
+                     ps::pull_bytes_formula(c, client_.layout()));
 }
 
 void ParameterServerWorker::finish(bool writer) {
@@ -150,6 +212,20 @@ nlohmann::json ParameterServerWorker::summary(const RunTotalsView& totals) {
   const double steps = static_cast<double>(std::max<std::int64_t>(totals.steps, 1));
   out["bytes_sent_per_rank_and_step"] = static_cast<double>(client_.bytes_sent()) / steps;
   out["bytes_received_per_rank_and_step"] = static_cast<double>(client_.bytes_received()) / steps;
+  // Each push and each reply with parameters beside its formula (ps/compression.h).
+  const ps::Compression& c = client_.compression();
+  const auto per = [](std::int64_t bytes, std::int64_t count) {
+    return count > 0 ? static_cast<double>(bytes) / static_cast<double>(count) : 0.0;
+  };
+  out["compression"] = c.push.text();
+  out["error_feedback"] = c.pushes_encoded() && c.push.error_feedback;
+  out["pull_compression"] = c.pull.text();
+  out["bytes_per_push"] = per(client_.push_bytes(), client_.pushes());
+  out["predicted_bytes_per_push"] = ps::predicted_push_bytes(c, client_.layout());
+  out["predicted_push_formula"] = ps::push_bytes_formula(c, client_.layout());
+  out["bytes_per_pull"] = per(client_.param_reply_bytes(), client_.param_replies());
+  out["predicted_bytes_per_pull"] = ps::predicted_pull_bytes(c, client_.layout());
+  out["predicted_pull_formula"] = ps::pull_bytes_formula(c, client_.layout());
   if (collective()) out["per_rank"] = totals.per_rank_rows();
   return out;
 }

@@ -13,6 +13,7 @@
 // each server taking its key range. The worker's own optimizer (which updates nothing) counts the
 // servers' updates, so a checkpoint's optimizer_steps is theirs. bsp resumes bitwise; async and ssp
 // resume from a snapshot taken while other workers may still push (docs/PS.md, "Checkpoints").
+// With error feedback on compressed pushes, bsp checkpoints also hold every worker's residual.
 #pragma once
 
 #include <vector>
@@ -47,6 +48,13 @@ class ParameterServerWorker final : public Strategy {
 
  private:
   bool ticketed() const { return context_.config.parameter_server.consistency != "bsp"; }
+  // The banner's lines on compression: what a push and a pull carry, beside the bytes' formula.
+  std::string push_line() const;
+  std::string pull_line() const;
+  // Takes this worker's error-feedback residual out of a checkpoint's state (bsp checkpoints hold
+  // every worker's, "rank<w>/compression/residual"); another worker count, or none saved (async,
+  // ssp), restarts it at zero and worker 0 says so.
+  void restore_residual(std::vector<optim::StateTensor>& state, const std::string& path);
 
   ps::Client& client_;
   std::int64_t dropped_steps_ = 0;  // bsp with backup workers: this worker's late gradients

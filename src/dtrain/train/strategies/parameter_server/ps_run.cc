@@ -27,6 +27,16 @@ nlohmann::json histogram_json(const std::vector<std::int64_t>& bins) {
 
 }  // namespace
 
+ps::Compression ps_compression(const Config& config) {
+  const auto& p = config.parameter_server;
+  ps::Compression out;
+  out.push = compress::parse_codec(p.compression);
+  if (p.error_feedback != "auto") out.push.error_feedback = p.error_feedback == "true";
+  out.pull = compress::parse_codec(p.pull_compression);
+  out.seed = static_cast<std::uint64_t>(config.train.seed);
+  return out;
+}
+
 int ps_thread_ranks(const Config& config) {
   const auto& p = config.parameter_server;
   const std::int64_t workers = config.parallel.workers;
@@ -83,6 +93,7 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
     }
     server.timeout = timeout;
     server.worker_timeout = timeout;
+    server.compression = ps_compression(config);
     ps::Server(ps_comm->transport(), index, layout, worker_ranks, std::move(server)).serve();
   };
   if (!is_worker) {
@@ -111,7 +122,7 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
   } joiner{server_thread};
   // Workers wait longer than servers: a server's verdict naming a missing worker arrives first.
   ps::Client client(ps_comm->transport(), layout, server_ranks, workers,
-                    2 * timeout + std::chrono::seconds(5));
+                    2 * timeout + std::chrono::seconds(5), ps_compression(config));
   TrainerOptions worker = options;
   worker.comm = worker_comm.get();
   worker.data = data;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dtrain/comm/communicator.h"
+#include "dtrain/ps/compression.h"
 #include "dtrain/ps/server_stats.h"
 #include "dtrain/train/config.h"
 #include "dtrain/train/metrics.h"
@@ -26,6 +27,10 @@
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::train {
+
+// parameter_server.compression, pull_compression and error_feedback as the workers and servers
+// use them (the run's seed for the codecs' randomness).
+ps::Compression ps_compression(const Config& config);
 
 // Ranks as threads without MPI: workers + servers.
 int ps_thread_ranks(const Config& config);

@@ -1,0 +1,416 @@
+#include "dtrain/train/strategies/federated/federated_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+
+#include "dtrain/base/error.h"
+#include "dtrain/base/log.h"
+#include "dtrain/base/timer.h"
+#include "dtrain/data/client_partition.h"
+#include "dtrain/nn/loss.h"
+#include "dtrain/nn/model_zoo.h"
+#include "dtrain/parallel/rank_agreement.h"
+#include "dtrain/train/atomic_file.h"
+#include "dtrain/train/progress.h"
+#include "dtrain/train/strategies/federated/client_update.h"
+#include "dtrain/train/strategies/federated/federated_average.h"
+#include "dtrain/train/strategies/federated/round_plan.h"
+
+namespace dtrain::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::int64_t kEvalBatch = 1000;
+
+// Bytes every rank sent so far, over all operations of its communicator.
+std::int64_t bytes_sent(comm::Communicator* comm) {
+  if (comm == nullptr) return 0;
+  std::int64_t total = 0;
+  for (const auto& [op, stats] : comm->stats().snapshot()) total += stats.bytes_sent;
+  return total;
+}
+
+// partition.json: the partition's figures, then one line per client (its label histogram), so that
+// 100 clients read as 100 rows.
+std::string partition_json(const data::ClientPartition& partition, const data::Dataset& train,
+                           const std::string& name, std::uint64_t seed) {
+  const nlohmann::json head = {{"partition", name},
+                               {"clients", partition.clients_count()},
+                               {"samples", train.size()},
+                               {"classes", train.num_classes},
+                               {"seed", seed},
+                               {"redraws", partition.redraws},
+                               {"sizes", partition.sizes()}};
+  std::string text = head.dump();
+  text.pop_back();  // the closing brace
+  text += ",\n\"label_histogram\": [\n";
+  const auto histogram = label_histogram(partition, train.labels, train.num_classes);
+  for (std::size_t k = 0; k < histogram.size(); ++k) {
+    text += nlohmann::json(histogram[k]).dump() + (k + 1 < histogram.size() ? ",\n" : "\n");
+  }
+  return text + "]}\n";
+}
+
+}  // namespace
+
+void check_federated_config(const Config& config, int ranks) {
+  const FederatedSection& f = config.federated;
+  if (ranks > f.clients) {
+    throw ConfigError(fmt::format(
+        "federated.clients = {} is fewer than the {} ranks (parallel.workers x processes): every "
+        "rank simulates at least one client; use at most {} ranks or more clients",
+        f.clients, ranks, f.clients));
+  }
+  if (config.data.dataset == "text") {
+    throw ConfigError(
+        "parallel.strategy = \"federated\" needs a data set with one label per sample (the "
+        "partitions split by label); data.dataset = \"text\" has one per position");
+  }
+}
+
+struct FederatedRun::Impl {
+  Impl(comm::Communicator* c, const Config& cfg, const TrainerOptions& opts,
+       std::shared_ptr<const RunData> d)
+      : comm(c),
+        config(cfg),
+        options(opts),
+        data(std::move(d)),
+        rank(c != nullptr ? c->rank() : 0),
+        ranks(c != nullptr ? c->size() : 1) {}
+
+  comm::Communicator* comm;
+  Config config;
+  TrainerOptions options;
+  std::shared_ptr<const RunData> data;
+  int rank;
+  int ranks;
+  std::unique_ptr<nn::Model> model;
+  data::ClientPartition partition;
+  std::string partition_name;
+  TraceRecorder trace;  // never started
+  std::unique_ptr<LocalGradients> eval_loss;
+  std::unique_ptr<ClientTrainer> clients;
+
+  // Mean loss and accuracy of the model's store over the test set, sharded over the ranks.
+  std::pair<double, double> evaluate() {
+    const data::Dataset& test = data->test;
+    const std::int64_t n = test.size();
+    if (n == 0) return {0.0, 0.0};
+    const std::int64_t first = n * rank / ranks;
+    const std::int64_t last = n * (rank + 1) / ranks;
+    std::vector<std::int64_t> indices(static_cast<std::size_t>(last - first));
+    std::iota(indices.begin(), indices.end(), first);
+    tensor::Tensor x;
+    std::vector<std::int32_t> y;
+    double sums[2] = {0.0, 0.0};
+    for (std::int64_t begin = 0; begin < last - first; begin += kEvalBatch) {
+      const std::int64_t count = std::min(kEvalBatch, last - first - begin);
+      data::gather_batch(test,
+                         std::span<const std::int64_t>(indices).subspan(
+                             static_cast<std::size_t>(begin), static_cast<std::size_t>(count)),
+                         x, y);
+      const tensor::Tensor& logits = model->forward(
+          x, nn::ForwardContext{nn::Mode::kEval, static_cast<std::uint64_t>(config.train.seed), 0});
+      sums[0] +=
+          static_cast<double>(eval_loss->loss(logits, y, nullptr)) * static_cast<double>(count);
+      sums[1] += static_cast<double>(nn::count_correct(logits, y));
+    }
+    if (comm != nullptr) comm->allreduce(sums, 2, DType::kF64, comm::ReduceOp::kSum);
+    return {sums[0] / static_cast<double>(n), sums[1] / static_cast<double>(n)};
+  }
+};
+
+FederatedRun::FederatedRun(comm::Communicator* comm, const Config& config,
+                           const TrainerOptions& options, std::shared_ptr<const RunData> data)
+    : impl_(std::make_unique<Impl>(comm, config, options, std::move(data))) {
+  Impl& s = *impl_;
+  validate(s.config);
+  check_federated_config(s.config, s.ranks);
+  if (s.options.resume) {
+    throw ConfigError(fmt::format(
+        "parallel.strategy = \"federated\" keeps no checkpoints, so --resume {} cannot continue "
+        "it; start a new run with --out",
+        s.options.run_dir));
+  }
+  if (s.data == nullptr) s.data = std::make_shared<const RunData>(load_run_data(s.config.data));
+  const data::Dataset& train = s.data->train;
+  if (train.size() == 0) {
+    throw DataError(fmt::format("the training set of {} in {} is empty", s.config.data.dataset,
+                                s.config.data.path));
+  }
+  const nn::ModelSpec spec = model_spec(s.config.model, train.sample_shape(), train.num_classes);
+  s.model = nn::build_model(spec);
+  s.model->init(static_cast<std::uint64_t>(s.config.train.seed));
+  if (comm != nullptr) {
+    parallel::check_same_on_all_ranks(*comm, to_toml(s.config), "the configuration");
+  }
+  const data::PartitionSpec partition = data::parse_partition(s.config.federated.partition);
+  s.partition_name = data::partition_name(partition);
+  s.partition = data::partition_clients(train.labels, train.num_classes, s.config.federated.clients,
+                                        partition, static_cast<std::uint64_t>(s.config.train.seed));
+  s.eval_loss = std::make_unique<LocalGradients>(s.config, *s.model, 0, 1, s.trace);
+  s.clients = std::make_unique<ClientTrainer>(s.config, *s.model, train);
+  const nn::ParamStore& store = s.model->store();
+  global_params_.assign(store.params(), store.params() + store.num_params());
+  global_buffers_.assign(store.buffers(), store.buffers() + store.num_buffer_elements());
+}
+
+FederatedRun::~FederatedRun() = default;
+
+RunSummary FederatedRun::run() {
+  Impl& s = *impl_;
+  Stopwatch wall;
+  const Config& config = s.config;
+  const FederatedSection& f = config.federated;
+  const TrainSection& t = config.train;
+  const auto seed = static_cast<std::uint64_t>(t.seed);
+  const bool writer = s.rank == 0;
+  const fs::path dir(s.options.run_dir);
+  nn::ParamStore& store = s.model->store();
+  const std::int64_t values = store.num_params() + store.num_buffer_elements();
+  const std::int64_t model_bytes = 4 * values;  // one f32 model, either way
+  const std::int64_t per_round = clients_per_round(f.clients, f.client_fraction);
+
+  std::optional<MetricsLog> metrics;
+  if (writer) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) {
+      throw ConfigError(fmt::format("cannot create the run folder {}: {}; choose another --out",
+                                    dir.string(), ec.message()));
+    }
+    if (fs::exists(dir / "metrics.jsonl")) {
+      throw ConfigError(
+          fmt::format("the run folder {} already holds a run (metrics.jsonl); choose another --out",
+                      dir.string()));
+    }
+    write_file_atomically((dir / "resolved.toml").string(), to_toml(config));
+    write_file_atomically((dir / "partition.json").string(),
+                          partition_json(s.partition, s.data->train, s.partition_name, seed));
+    metrics.emplace((dir / "metrics.jsonl").string(), false);
+  }
+  Progress progress(
+      s.options.out,
+      writer ? Progress::detect_style(s.options.out, s.options.quiet) : Progress::Style::kQuiet,
+      f.rounds);
+  const auto sizes = s.partition.sizes();
+  progress.message(fmt::format(
+      "dtrain: federated {} ({} parameters) on {}, {} clients ({}: {} to {} samples each) on {} "
+      "rank(s), {} per round (C = {}), E = {} local epoch(s) of batch {}{}, {} rounds; run folder "
+      "{}",
+      config.model.name, store.num_params(), s.data->train.name, f.clients, s.partition_name,
+      *std::min_element(sizes.begin(), sizes.end()), *std::max_element(sizes.begin(), sizes.end()),
+      s.ranks, per_round, f.client_fraction, f.local_epochs, t.batch_size,
+      f.fedprox_mu > 0.0 ? fmt::format(", FedProx mu = {}", f.fedprox_mu) : std::string(), f.rounds,
+      dir.string()));
+  progress.message(fmt::format(
+      "traffic per round: down = participants x 4 (N + B) = {} x 4 x {} = {} bytes, up = "
+      "completed x 4 (N + B) (<= {} bytes)",
+      per_round, values, per_round * model_bytes, per_round * model_bytes));
+
+  FederatedAverage average(store.num_params(), store.num_buffer_elements());
+  AccuracyTargets targets(t.accuracy_targets);
+  std::vector<std::optional<std::int64_t>> target_rounds(t.accuracy_targets.size());
+  std::vector<std::optional<std::int64_t>> target_bytes(t.accuracy_targets.size());
+  std::int64_t bytes_down = 0;
+  std::int64_t bytes_up = 0;
+  std::int64_t completed_total = 0;
+  std::int64_t failed_total = 0;
+  std::int64_t steps_total = 0;
+  std::int64_t seen_total = 0;
+  double train_seconds = 0.0;
+  double best_accuracy = 0.0;
+  double last_train_loss = 0.0;
+  std::pair<double, double> last_eval{0.0, 0.0};
+  std::vector<double> round_accuracy;
+  const std::int64_t rank_bytes_start = bytes_sent(s.comm);
+
+  for (std::int64_t round = 0; round < f.rounds; ++round) {
+    Stopwatch round_clock;
+    const std::vector<std::int64_t> participants =
+        sample_round_clients(f.clients, per_round, seed, round);
+    average.reset();
+    RoundCounts& counts = average.counts();
+    for (const std::int64_t client : rank_clients(participants, s.rank, s.ranks)) {
+      const bool fail = client_fails(f.client_failure, seed, round, client);
+      try {
+        const ClientResult result =
+            s.clients->train(s.partition.clients[static_cast<std::size_t>(client)], global_params_,
+                             global_buffers_, round, client, fail);
+        average.add(
+            result.samples,
+            std::span<const float>(store.params(), static_cast<std::size_t>(store.num_params())),
+            std::span<const float>(store.buffers(),
+                                   static_cast<std::size_t>(store.num_buffer_elements())));
+        counts.completed += 1.0;
+        counts.samples += static_cast<double>(result.samples);
+        counts.seen += static_cast<double>(result.seen);
+        counts.loss_sum += result.loss_sum;
+        counts.correct += static_cast<double>(result.correct);
+        counts.steps += static_cast<double>(result.steps);
+      } catch (const ClientFailure&) {
+        // Dropped: its model never reaches the sum; the round line counts it.
+        counts.failed += 1.0;
+      }
+    }
+    average.allreduce(s.comm);
+    const bool moved = average.average_into(global_params_, global_buffers_);
+    const double round_seconds = round_clock.seconds();
+    train_seconds += round_seconds;
+    const auto completed = static_cast<std::int64_t>(counts.completed);
+    const auto failed = static_cast<std::int64_t>(counts.failed);
+    if (!moved && writer) {
+      log::warn("round {}: all {} participants failed; the global model stays as it was", round + 1,
+                per_round);
+    }
+    const std::int64_t down = per_round * model_bytes;
+    const std::int64_t up = completed * model_bytes;
+    bytes_down += down;
+    bytes_up += up;
+    completed_total += completed;
+    failed_total += failed;
+    steps_total += static_cast<std::int64_t>(counts.steps);
+    seen_total += static_cast<std::int64_t>(counts.seen);
+    const double train_loss = counts.seen > 0.0 ? counts.loss_sum / counts.seen : 0.0;
+    const double train_accuracy = counts.seen > 0.0 ? counts.correct / counts.seen : 0.0;
+    if (counts.seen > 0.0) last_train_loss = train_loss;
+
+    std::copy(global_params_.begin(), global_params_.end(), store.params());
+    std::copy(global_buffers_.begin(), global_buffers_.end(), store.buffers());
+    last_eval = s.evaluate();
+    const double accuracy = last_eval.second;
+    best_accuracy = std::max(best_accuracy, accuracy);
+    round_accuracy.push_back(accuracy);
+    targets.observe(accuracy, train_seconds);
+    for (std::size_t i = 0; i < target_rounds.size(); ++i) {
+      if (!target_rounds[i] && accuracy >= t.accuracy_targets[i]) {
+        target_rounds[i] = round + 1;
+        target_bytes[i] = bytes_down + bytes_up;
+      }
+    }
+    if (writer) {
+      nlohmann::json line = {
+          {"kind", "round"},
+          {"round", round + 1},
+          {"epoch", round + 1},
+          {"participants", per_round},
+          {"completed", completed},
+          {"failed", failed},
+          {"samples", static_cast<std::int64_t>(counts.samples)},
+          {"local_steps", static_cast<std::int64_t>(counts.steps)},
+          {"bytes_down", down},
+          {"bytes_up", up},
+          {"bytes_down_formula",
+           fmt::format("participants x 4 (N + B) = {} x 4 x {}", per_round, values)},
+          {"bytes_up_formula",
+           fmt::format("completed x 4 (N + B) = {} x 4 x {}", completed, values)},
+          {"bytes_total", bytes_down + bytes_up},
+          {"train_loss", train_loss},
+          {"train_accuracy", train_accuracy},
+          {"test_loss", last_eval.first},
+          {"test_accuracy", accuracy},
+          {"round_seconds", round_seconds},
+          {"train_seconds", train_seconds},
+          {"elapsed", wall.seconds()}};
+      metrics->write(line);
+    }
+    progress.message(fmt::format(
+        "round {}/{}  clients {}{}  train loss {:.4f}  test loss {:.4f}  test {:.2f}%  {:.2f} MB "
+        "so far  {:.3f} s",
+        round + 1, f.rounds, completed,
+        failed > 0 ? fmt::format(" ({} failed)", failed) : std::string(), train_loss,
+        last_eval.first, 100.0 * accuracy, static_cast<double>(bytes_down + bytes_up) / 1e6,
+        round_seconds));
+  }
+  const std::int64_t rank_bytes = bytes_sent(s.comm) - rank_bytes_start;
+
+  RunSummary summary;
+  summary.model = config.model.name;
+  summary.dataset = s.data->train.name;
+  summary.parameters = store.num_params();
+  summary.epochs = f.rounds;
+  summary.steps = steps_total;
+  summary.samples = seen_total;
+  summary.final_train_loss = last_train_loss;
+  summary.final_test_loss = last_eval.first;
+  summary.final_test_accuracy = last_eval.second;
+  summary.best_test_accuracy = best_accuracy;
+  summary.wall_seconds = wall.seconds();
+  summary.train_seconds = train_seconds;
+  summary.train_samples_per_second =
+      train_seconds > 0.0 ? static_cast<double>(seen_total) / train_seconds : 0.0;
+  summary.time_to_accuracy = targets.to_json();
+  summary.seed = t.seed;
+  summary.threads = t.threads;
+  nlohmann::json rounds_to = nlohmann::json::object();
+  nlohmann::json bytes_to = nlohmann::json::object();
+  for (std::size_t i = 0; i < target_rounds.size(); ++i) {
+    const std::string key = AccuracyTargets::key(t.accuracy_targets[i]);
+    rounds_to[key] = target_rounds[i] ? nlohmann::json(*target_rounds[i]) : nlohmann::json(nullptr);
+    bytes_to[key] = target_bytes[i] ? nlohmann::json(*target_bytes[i]) : nlohmann::json(nullptr);
+  }
+  summary.parallel = {
+      {"strategy", "federated"},
+      {"ranks", s.ranks},
+      {"clients", f.clients},
+      {"client_fraction", f.client_fraction},
+      {"clients_per_round", per_round},
+      {"local_epochs", f.local_epochs},
+      {"local_batch", t.batch_size},
+      {"partition", s.partition_name},
+      {"partition_redraws", s.partition.redraws},
+      {"fedprox_mu", f.fedprox_mu},
+      {"client_failure", f.client_failure},
+      {"rounds", f.rounds},
+      {"model_values", values},
+      {"model_bytes", model_bytes},
+      {"bytes_down", bytes_down},
+      {"bytes_up", bytes_up},
+      {"bytes_down_predicted", f.rounds * per_round * model_bytes},
+      {"bytes_formula",
+       fmt::format("down = rounds x participants x 4 (N + B) = {} x {} x 4 x {}; up = completed x "
+                   "4 (N + B) = {} x 4 x {}",
+                   f.rounds, per_round, values, completed_total, values)},
+      {"completed_clients", completed_total},
+      {"failed_clients", failed_total},
+      {"rounds_to_accuracy", rounds_to},
+      {"bytes_to_accuracy", bytes_to},
+      {"round_test_accuracy", round_accuracy},
+      {"rank_bytes_sent", rank_bytes},
+      {"rank_bytes_note",
+       fmt::format("the simulation's own traffic from rank 0: one f64 allreduce of N + B + 7 = {} "
+                   "values per round and evaluation sums",
+                   average.reduced_values())}};
+  if (writer) {
+    write_summary((dir / "summary.json").string(), summary);
+    std::string reached;
+    for (std::size_t i = 0; i < target_rounds.size(); ++i) {
+      reached +=
+          fmt::format("  {:.0f}%: {}", 100.0 * t.accuracy_targets[i],
+                      target_rounds[i] ? fmt::format("round {} ({:.1f} MB)", *target_rounds[i],
+                                                     static_cast<double>(*target_bytes[i]) / 1e6)
+                                       : std::string("not reached"));
+    }
+    progress.message(fmt::format(
+        "done: test accuracy {:.2f}% (best {:.2f}%) after {} rounds, {:.1f} MB down + {:.1f} MB "
+        "up, {} clients dropped;{} summary in {}",
+        100.0 * summary.final_test_accuracy, 100.0 * best_accuracy, f.rounds,
+        static_cast<double>(bytes_down) / 1e6, static_cast<double>(bytes_up) / 1e6, failed_total,
+        reached.empty() ? std::string(" no targets;") : reached + ";",
+        (dir / "summary.json").string()));
+  }
+  return summary;
+}
+
+std::optional<RunSummary> run_federated_rank(comm::Communicator& comm, const Config& config,
+                                             const TrainerOptions& options,
+                                             const std::shared_ptr<const RunData>& data) {
+  FederatedRun run(&comm, config, options, data);
+  return run.run();
+}
+
+}  // namespace dtrain::train

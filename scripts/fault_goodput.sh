@@ -6,13 +6,17 @@
 # restart lost, and whether the final parameters equal the uninterrupted run's.
 # Goodput is given against both references: the same run without failures (what the failures
 # cost) and the run without failures and without checkpoints (what fault tolerance costs in all).
-# Usage: scripts/fault_goodput.sh [DISK_EVERY_STEPS=1] [MEMORY_EVERY_STEPS=0]
+# MODE kill (default): kill -9 of the training process every 20 step-times, restarted by the
+# supervisor; MODE inject: the rank fails after every 20th step (parallel.inject_fault
+# "rank=0,every=20") and restarts inside the process (train.in_process_restarts).
+# Usage: scripts/fault_goodput.sh [DISK_EVERY_STEPS=1] [MEMORY_EVERY_STEPS=0] [MODE=kill]
 #   (train.checkpoint_every_steps and train.memory_checkpoint_every_steps; build/dtrain must exist)
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 D="$ROOT/build/dtrain"
 CK=${1:-1}
 MEM=${2:-0}
+MODE=${3:-kill}
 OUT=$(mktemp -d)
 trap 'pkill -9 -f "$OUT" 2> /dev/null; rm -rf "$OUT"' EXIT
 cd "$ROOT"
@@ -28,23 +32,52 @@ echo "without checkpoints: $bare s; with them (disk every $CK steps, memory ever
 step=$(python3 -c "import json; print(json.load(open('$OUT/bare/summary.json'))['step_seconds_median'])")
 every=$(python3 -c "print(20 * $step)")
 echo "uninterrupted: $ref s; median step $step s; a kill every 20 step-times = $every s"
+if [[ $MODE == inject ]]; then
+  /usr/bin/time -f "%e" -o "$OUT/f.time" "$D" train "${RUN[@]}" --out "$OUT/f" \
+    --set 'parallel.inject_fault="rank=0,every=20"' --set train.in_process_restarts=1000 \
+    2> "$OUT/f.err" || echo "the run failed: $(tail -1 "$OUT/f.err")"
+  wall=$(cat "$OUT/f.time")
+  echo "with a failure after every 20th step: $wall s, $(wc -l < "$OUT/f/restarts.jsonl")" \
+    "in-process restarts; goodput $(python3 -c "print(round($ref / $wall, 3))") against the same" \
+    "run without failures, $(python3 -c "print(round($bare / $wall, 3))") against the run" \
+    "without checkpoints"
+else
+# Goodput: a kill -9 every 20 step-times and nothing else running (the watcher of the latency
+# pass below polls files, which costs a 2-core machine's training CPU while it restarts).
 start=$(date +%s.%N)
 "$D" train "${RUN[@]}" --out "$OUT/f" --max-restarts 100 --restart-backoff 0 2> "$OUT/f.err" &
 supervisor=$!
-restarts=()
-while kill -0 "$supervisor" 2> /dev/null; do
-  sleep "$every"
-  victim=""
-  for p in $(pgrep -f -- "$OUT/f" || true); do
-    [[ $p != "$supervisor" && $(cat "/proc/$p/comm" 2> /dev/null) == dtrain ]] && victim=$p
+# The killer runs beside the supervisor, so that the wall clock stops when the run ends (not
+# when the killer's sleep does).
+(
+  while kill -0 "$supervisor" 2> /dev/null; do
+    sleep "$every"
+    victim=$(pgrep -P "$supervisor" -x dtrain || true)
+    [[ -n "$victim" ]] && kill -9 "$victim" 2> /dev/null && echo kill >> "$OUT/kills"
   done
+) &
+killer=$!
+wait "$supervisor" || echo "the supervised run failed: $(tail -1 "$OUT/f.err")"
+wall=$(python3 -c "print(round($(date +%s.%N) - $start, 2))")
+kill "$killer" 2> /dev/null
+kills=$(cat "$OUT/kills" 2> /dev/null | wc -l)
+echo "with failures: $wall s, $kills kills; goodput $(python3 -c "print(round($ref / $wall, 3))")" \
+  "against the same run without failures, $(python3 -c "print(round($bare / $wall, 3))") against" \
+  "the run without checkpoints"
+# Restart latency: 3 kills of another run, each followed by a watch for the first step after it.
+"$D" train "${RUN[@]}" --out "$OUT/l" --max-restarts 100 --restart-backoff 0 2> "$OUT/l.err" &
+supervisor=$!
+restarts=()
+while kill -0 "$supervisor" 2> /dev/null && [[ ${#restarts[@]} -lt 3 ]]; do
+  sleep "$every"
+  victim=$(pgrep -P "$supervisor" -x dtrain || true)
   [[ -n "$victim" ]] || continue
-  inode=$(stat -c %i "$OUT/f/metrics.jsonl")
+  inode=$(stat -c %i "$OUT/l/metrics.jsonl")
   t0=$(date +%s.%N)
   kill -9 "$victim" 2> /dev/null || continue
   # Until the supervisor has logged the restart and the new run has logged a step after the
   # checkpoint it resumed from (in metrics.jsonl as the new run rewrote it: another inode).
-  python3 - "$OUT/f" "${#restarts[@]}" "$supervisor" "$inode" <<'PY'
+  python3 - "$OUT/l" "${#restarts[@]}" "$supervisor" "$inode" <<'PY'
 import json, os, sys, time
 run, done, supervisor, inode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 def alive():
@@ -74,12 +107,9 @@ while alive():
 PY
   restarts+=("$(python3 -c "print(round($(date +%s.%N) - $t0, 3))")")
 done
-wait "$supervisor" || echo "the supervised run failed: $(tail -1 "$OUT/f.err")"
-wall=$(python3 -c "print(round($(date +%s.%N) - $start, 2))")
-echo "with failures: $wall s, ${#restarts[@]} kills; goodput $(python3 -c "print(round($ref / $wall, 3))")" \
-  "against the same run without failures, $(python3 -c "print(round($bare / $wall, 3))") against" \
-  "the run without checkpoints"
+kill "$supervisor" 2> /dev/null; wait "$supervisor" 2> /dev/null
 echo "kill -> first step after the restart (s): ${restarts[*]}"
+fi
 python3 - "$OUT" <<'PY'
 import json, struct, sys
 out = sys.argv[1]

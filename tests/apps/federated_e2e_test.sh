@@ -14,9 +14,9 @@ cd "$ROOT"
 
 source "$ROOT/tests/apps/e2e_helpers.sh"  # fail, expect_error
 CONFIG=examples/synthetic_quick.toml
-FED=(--strategy federated --quiet --set data.synthetic_samples=2000 --set federated.clients=40
-     --set federated.client_fraction=0.25 --set federated.rounds=8 --set federated.local_epochs=2
-     --set train.batch_size=10 --set optim.momentum=0 --set federated.partition=dirichlet:0.5)
+FED=(--strategy federated --quiet --set data.synthetic_samples=2000 --clients 40
+     --client-fraction 0.25 --rounds 8 --local-epochs 2 --partition dirichlet:0.5
+     --set train.batch_size=10 --set optim.momentum=0)
 
 "$DTRAIN" train --config $CONFIG "${FED[@]}" --workers 2 --set federated.client_failure=0.2 \
   --out "$TMP/two"
@@ -61,12 +61,16 @@ PY
   echo "ok: mpirun -np 2 federated averaging trains what 2 threads train"
 fi
 
-expect_error "federated.client_fraction" train --config $CONFIG --strategy federated \
-  --set federated.client_fraction=1.5 --out "$TMP/bad1"
+expect_error "federated.client_fraction' = 1.5.*0 < value <= 1" train --config $CONFIG \
+  --strategy federated --client-fraction 1.5 --out "$TMP/bad1"
+expect_error "federated.client_fraction' = 0.0 in" train --config $CONFIG --strategy federated \
+  --client-fraction 0 --out "$TMP/bad1b"
 expect_error "alpha = 0 must be > 0" train --config $CONFIG --strategy federated \
-  --set federated.partition=dirichlet:0 --out "$TMP/bad2"
+  --partition dirichlet:0 --out "$TMP/bad2"
+expect_error "alpha = -1 must be > 0" train --config $CONFIG --strategy federated \
+  --set federated.partition=dirichlet:-1 --out "$TMP/bad2b"
 expect_error "federated.clients = 3 is fewer than the 4 ranks" train --config $CONFIG \
-  --strategy federated --set federated.clients=3 --workers 4 --out "$TMP/bad3"
+  --strategy federated --clients 3 --workers 4 --out "$TMP/bad3"
 expect_error "5000 clients but the training set has 4096 samples" train --config $CONFIG \
   --strategy federated --set federated.clients=5000 --out "$TMP/bad4"
 echo "ok: bad federated settings fail with one line"

@@ -32,7 +32,7 @@ b, t, d, layers, ranks = 16, 32, 32, 2, 2
 formula = 4 * layers * 2 * (ranks - 1) / ranks * 4 * b * t * d
 assert p["bytes_sent_per_step_per_rank_predicted"] == formula, (p, formula)
 assert p["bytes_sent_per_step_per_rank"] == formula, (p, formula)
-assert p["allreduces_per_step"] == 4 * layers, p
+assert p["collectives_per_step"] == 4 * layers, p
 PY
 echo "ok: --tp 2 follows one worker to 1e-5; bytes per step equal 4 L x 2 (P-1)/P x 4 B T d"
 
@@ -44,6 +44,21 @@ a, b = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
 assert a["final_train_loss"] == b["final_train_loss"] and a["final_test_accuracy"] == b["final_test_accuracy"], (a, b)
 PY
 echo "ok: a resumed tensor-parallel run ends bitwise where the uninterrupted one does"
+
+# The MLP in seed 003's all-gather form (tensor_parallel.style = "auto" picks it).
+QUICK=(--config examples/synthetic_quick.toml --set data.synthetic_samples=1024
+       --set parallel.allreduce=\"ring\" --quiet)
+"$DTRAIN" train "${QUICK[@]}" --epochs 2 --out "$TMP/mlp-one"
+"$DTRAIN" train "${QUICK[@]}" --epochs 2 --tp 2 --out "$TMP/mlp-tp"
+python3 - "$TMP/mlp-one" "$TMP/mlp-tp" <<'PY' || fail "the all-gather MLP does not follow one worker"
+import json, sys
+one, tp = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
+assert abs(tp["final_train_loss"] - one["final_train_loss"]) <= 1e-5 * abs(one["final_train_loss"]), (tp["final_train_loss"], one["final_train_loss"])
+p = tp["parallel"]
+assert p["style"] == "auto" and p["split"].startswith("allgather"), p
+assert p["bytes_sent_per_step_per_rank"] == p["bytes_sent_per_step_per_rank_predicted"] > 0, p
+PY
+echo "ok: --tp 2 on the MLP (all-gather form) follows one worker; bytes equal seed 003's formula"
 
 if command -v mpirun > /dev/null; then
   MPIRUN=(mpirun --oversubscribe)
@@ -61,8 +76,8 @@ fi
 
 expect_error "model.heads = 4 cannot be split over 3 ranks" train --config $CONFIG "${SMALL[@]}" \
   --tp 3 --out "$TMP/bad1"
-expect_error "tensor_parallel splits model.name = \"gpt\"" train \
-  --config examples/synthetic_quick.toml --quiet --tp 2 --out "$TMP/bad2"
+expect_error "does not split model.name = \"mlp\"" train --config examples/synthetic_quick.toml \
+  --quiet --tp 2 --set tensor_parallel.style=\"megatron\" --out "$TMP/bad2"
 expect_error "tensor_parallel.style" train --config $CONFIG "${SMALL[@]}" --tp 2 \
-  --set tensor_parallel.style=\"allgather\" --out "$TMP/bad3"
+  --set tensor_parallel.style=\"zigzag\" --out "$TMP/bad3"
 echo "ok: bad tensor-parallel settings fail with one line, exit 2"

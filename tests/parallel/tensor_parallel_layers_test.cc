@@ -3,7 +3,8 @@
 // shards cut and reassemble the unsplit tensors exactly; a GPT split over P = 2, 3, 4 ranks,
 // holding the slices of the unsplit GPT's parameters, gives the unsplit logits and, on every rank,
 // the slices of the unsplit gradients (to float rounding: the row-parallel sums run in another
-// order); the f and g allreduces are 4 per block (2 forward, 2 backward), B T d floats each.
+// order); the f and g allreduces are 4 per block (2 forward, 2 backward), B T d floats each. The
+// MLP in seed 003's all-gather form likewise, its all-gather and allreduce bytes by the formula.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "dtrain/base/rng.h"
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/nn/model_gpt_tensor_parallel.h"
+#include "dtrain/nn/model_mlp_tensor_parallel.h"
 #include "dtrain/nn/model_zoo.h"
 #include "dtrain/nn/tensor_parallel_shards.h"
 #include "dtrain/parallel/comm_group.h"
@@ -112,6 +114,71 @@ TEST(TensorParallelGpt, SplitForwardAndBackwardEqualTheUnsplitModel) {
               std::max(diff, std::abs(ls.grads()[l.offset + i] - expected[static_cast<size_t>(i)]));
         }
         EXPECT_LE(diff, 1e-5f * grad_scale) << w.name << ", " << ranks << " ranks";
+      }
+    });
+  }
+}
+
+TEST(TensorParallelMlp, AllGatherFormEqualsTheUnsplitModel) {
+  // Seed 003's form: 12 -> 8 -> 8 -> 4, each Linear's outputs split; forward all-gathers, backward
+  // all-reduces the activation gradients of fc2 and fc3 (fc1 needs none).
+  nn::ModelSpec spec;
+  spec.name = "mlp";
+  spec.input = {12};
+  spec.hidden = {8, 8};
+  spec.num_classes = 4;
+  auto whole = nn::build_mlp(spec);
+  whole->init(11);
+  const std::int64_t batch = 5;
+  tensor::Tensor x = tensor::Tensor::zeros({batch, 12});
+  for (std::int64_t i = 0; i < x.numel(); ++i) {
+    x.data()[i] = 0.1f * static_cast<float>((i * 5) % 11) - 0.5f;
+  }
+  const nn::ForwardContext ctx{nn::Mode::kTrain, 1, 0, 0};
+  const tensor::Tensor& logits = whole->forward(x, ctx);
+  const std::vector<float> expected(logits.data(), logits.data() + logits.numel());
+  tensor::Tensor dy = tensor::Tensor::zeros(logits.shape());
+  for (std::int64_t i = 0; i < dy.numel(); ++i) dy.data()[i] = 0.05f * static_cast<float>(i % 7);
+  whole->store().zero_grads();
+  whole->backward(dy);
+  const nn::ParamStore& ws = whole->store();
+  for (const int ranks : {2, 4}) {
+    comm::spawn_ranks(ranks, [&](comm::Communicator& comm) {
+      CommGroup group(comm);
+      nn::TensorParallelModel split = nn::build_mlp_tensor_parallel(spec, group);
+      nn::ParamStore& ls = split.model->store();
+      for (std::size_t k = 0; k < ls.param_entries().size(); ++k) {
+        const auto& w = ws.param_entries()[k];
+        nn::slice_shard(split.shards[k], w.shape, comm.rank(), ranks, ws.params() + w.offset,
+                        ls.params() + ls.param_entries()[k].offset);
+      }
+      const auto gathers = comm.stats().get("allgather");
+      const auto sums = comm.stats().get("allreduce");
+      const tensor::Tensor& out = split.model->forward(x, ctx);
+      for (std::int64_t i = 0; i < out.numel(); ++i) {
+        EXPECT_NEAR(out.data()[i], expected[static_cast<std::size_t>(i)], 1e-6f) << i;
+      }
+      ls.zero_grads();
+      split.model->backward(dy);
+      // (P-1)/P x 4 B d_i per all-gather (d = 8, 8, 4); 2 (P-1)/P x 4 B d per allreduce (8, 8).
+      EXPECT_EQ(comm.stats().get("allgather").bytes_sent - gathers.bytes_sent,
+                (ranks - 1) * batch * (8 + 8 + 4) * 4 / ranks);
+      EXPECT_EQ(comm.stats().get("allreduce").bytes_sent - sums.bytes_sent,
+                2 * (ranks - 1) * batch * (8 + 8) * 4 / ranks);
+      EXPECT_DOUBLE_EQ(split.bytes_per_sample * batch,
+                       static_cast<double>((ranks - 1) * batch * (8 + 8 + 4) * 4 +
+                                           2 * (ranks - 1) * batch * (8 + 8) * 4) /
+                           ranks);
+      for (std::size_t k = 0; k < ls.param_entries().size(); ++k) {
+        const auto& w = ws.param_entries()[k];
+        const auto& l = ls.param_entries()[k];
+        std::vector<float> slice(static_cast<std::size_t>(l.numel));
+        nn::slice_shard(split.shards[k], w.shape, comm.rank(), ranks, ws.grads() + w.offset,
+                        slice.data());
+        for (std::int64_t i = 0; i < l.numel; ++i) {
+          EXPECT_NEAR(ls.grads()[l.offset + i], slice[static_cast<std::size_t>(i)], 1e-6f)
+              << w.name;
+        }
       }
     });
   }

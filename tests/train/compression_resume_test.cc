@@ -46,6 +46,23 @@ TEST_F(CompressionResumeTest, ResumeOnAsManyRanksEqualsTheUninterruptedRun) {
   }
 }
 
+// Robust aggregation with worker momentum (robust_reducer.h): each rank's momentum is in the
+// checkpoint as a residual is, so the resume on as many ranks is bitwise too.
+TEST_F(CompressionResumeTest, WorkerMomentumResumesBitwise) {
+  Config config = mlp_config();
+  config.train.epochs = 2;
+  config.train.checkpoint_every = 1;
+  config.optim.momentum = 0.0;
+  config.data_parallel.aggregator = "median";
+  config.data_parallel.worker_momentum = 0.9;
+  const std::vector<float> uninterrupted = allreduce_training(config, 3);
+  const std::string run = dir("momentum");
+  Config first = config;
+  first.train.epochs = 1;
+  allreduce_training(first, 3, run);
+  EXPECT_EQ(allreduce_training(config, 3, run, /*resume=*/true), uninterrupted);
+}
+
 // A residual is its rank's own: on 3 ranks a checkpoint of 2 restarts them at zero and trains on.
 TEST_F(CompressionResumeTest, AnotherNumberOfRanksRestartsTheResidualsAtZero) {
   Config config = compressed("topk:0.1");

@@ -22,11 +22,30 @@ TEST(FaultInjection, ParsesRankAndStep) {
   EXPECT_EQ(spec.rank, 2);
   EXPECT_EQ(spec.step, 40);
   EXPECT_THAT([] { parse_fault("rank=2"); },
-              ::testing::ThrowsMessage<ConfigError>(HasSubstr("needs both rank and step")));
+              ::testing::ThrowsMessage<ConfigError>(HasSubstr("needs a rank and a step")));
   EXPECT_THAT([] { parse_fault("rank=2,step=-1"); },
               ::testing::ThrowsMessage<ConfigError>(HasSubstr("step must be a count >= 0")));
   EXPECT_THAT([] { parse_fault("rank=2,when=3"); },
-              ::testing::ThrowsMessage<ConfigError>(HasSubstr("unknown key 'when'")));
+              ::testing::ThrowsMessage<ConfigError>(HasSubstr("unknown or repeated key 'when'")));
+  const FaultSpec every = parse_fault("rank=1,every=20");
+  EXPECT_EQ(every.rank, 1);
+  EXPECT_EQ(every.every, 20);
+  EXPECT_THAT([] { parse_fault("rank=1,every=0"); },
+              ::testing::ThrowsMessage<ConfigError>(HasSubstr("at least 1 step")));
+  EXPECT_THAT([] { parse_fault("rank=1,step=3,every=2"); },
+              ::testing::ThrowsMessage<ConfigError>(HasSubstr("repeated key 'every'")));
+}
+
+TEST(FaultInjection, EveryFiresOnceAfterEachMultiple) {
+  TempDir run;
+  const FaultSpec spec = parse_fault("rank=0,every=3");
+  EXPECT_NO_THROW(inject_fault(spec, 0, 0, false, run.folder()));
+  EXPECT_NO_THROW(inject_fault(spec, 0, 2, false, run.folder()));
+  EXPECT_THROW(inject_fault(spec, 0, 3, false, run.folder()), Error);
+  EXPECT_NO_THROW(inject_fault(spec, 0, 3, false, run.folder()));  // the restart passes it
+  EXPECT_THROW(inject_fault(spec, 0, 6, false, run.folder()), Error);
+  EXPECT_NO_THROW(inject_fault(spec, 0, 6, false, run.folder()));
+  EXPECT_NO_THROW(inject_fault(spec, 1, 9, false, run.folder()));  // another rank
 }
 
 TEST(FaultInjection, FiresOnceOnItsRankAndStep) {

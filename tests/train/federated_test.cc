@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <fstream>
 #include <set>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/stop_request.h"
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/train/strategies/federated/client_update.h"
 #include "dtrain/train/strategies/federated/federated_average.h"
@@ -294,6 +296,19 @@ TEST_F(FederatedTest, FailedClientsAreDroppedAndCounted) {
   const RunSummary none = run.run();
   EXPECT_EQ(std::vector<float>(run.global_params().begin(), run.global_params().end()), initial);
   EXPECT_EQ(none.parallel["failed_clients"], 8);
+}
+
+// SIGTERM during a round: every rank stops after it, summary.json covers the rounds run and
+// carries the signal (the dtrain command exits 128 + it).
+TEST_F(FederatedTest, StopSignalEndsTheRunAfterTheRound) {
+  set_stop_request_for_test(SIGTERM);
+  const auto [global, summary] = federated(federated_config(6, 0.5, 5), 2);
+  set_stop_request_for_test(0);
+  EXPECT_EQ(summary.stopped_by_signal, SIGTERM);
+  EXPECT_EQ(summary.epochs, 1);
+  EXPECT_EQ(summary.parallel["rounds"], 1);
+  EXPECT_EQ(summary.parallel["rounds_planned"], 5);
+  EXPECT_EQ(summary.parallel["bytes_down"], 3 * 4 * summary.parameters);
 }
 
 TEST(FederatedRoundPlan, SamplesMDistinctClientsPerRoundReproducibly) {

@@ -135,6 +135,11 @@ TEST_F(StrategyEquivalence, EveryStrategyTrainsTheSingleWorkerTrajectory) {
             c.pipeline.micro_batches = 1;
           },
           0.0f),
+      // Seed 003's all-gather form (tests/train/tensor_parallel_test.cc has the GPT's Megatron
+      // split): the same products, fc2's and fc3's input gradients summed over the ranks.
+      ranks_row(
+          "tensor parallel, all-gather MLP, P = 2", 2,
+          [](Config& c) { c.parallel.strategy = "tensor_parallel"; }, 1e-6f),
   };
   const Config config = base_config();
   const std::vector<float> reference = single_worker(config);

@@ -107,11 +107,11 @@ TEST_F(TensorParallelTest, BytesPerStepEqualSeed003Formula) {
     const double b = 16, t = 8, d = 16, layers = 2;
     const double formula = 4 * layers * 2.0 * (p - 1) / p * 4 * b * t * d;
     EXPECT_EQ(parallel.at("strategy"), "tensor_parallel");
-    EXPECT_DOUBLE_EQ(parallel.at("allreduces_per_step").get<double>(), 4 * layers);
+    EXPECT_DOUBLE_EQ(parallel.at("collectives_per_step").get<double>(), 4 * layers);
     EXPECT_DOUBLE_EQ(parallel.at("bytes_sent_per_step_per_rank_predicted").get<double>(), formula);
     EXPECT_DOUBLE_EQ(parallel.at("bytes_sent_per_step_per_rank").get<double>(), formula) << p;
     for (const auto& row : parallel.at("per_tensor_parallel_rank")) {
-      EXPECT_DOUBLE_EQ(row.at("step_allreduce_bytes_sent").get<double>(), 4 * formula);  // 4 steps
+      EXPECT_DOUBLE_EQ(row.at("step_bytes_sent").get<double>(), 4 * formula);  // 4 steps
     }
     // Parameters per rank: V d + block d + 2 d + L (12 d^2 / P + 7 d / P + 6 d), V = 256.
     const double per_rank = 256 * d + 8 * d + 2 * d + layers * (12 * d * d / p + 7 * d / p + 6 * d);
@@ -152,10 +152,48 @@ TEST_F(TensorParallelTest, HeadsNotDivisibleByRanksIsOneConfigErrorNamingTheNumb
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(run) / "metrics.jsonl"));
 }
 
-TEST_F(TensorParallelTest, OtherModelsAreRefused) {
+TEST_F(TensorParallelTest, MlpAllGatherFormFollowsOneWorkerWithSeed003Bytes) {
+  // Flatten 16 -> fc1 16 -> fc2 8 -> fc3 4 (mlp_config), each Linear's outputs split over P,
+  // activations all-gathered, their gradients all-reduced (none for fc1), 20 steps of 24.
+  Config c = mlp_config();
+  c.train.epochs = 2;
+  c.parallel.strategy = "tensor_parallel";
+  c.parallel.allreduce = "ring";
+  const std::vector<float> reference = one_worker(c);
+  for (const int p : {2, 4}) {
+    const std::string run = dir("mlp");
+    const std::vector<float> params = allreduce_training(c, p, run);
+    const double relative = relative_difference(params, reference);
+    std::fprintf(stderr, "tensor_parallel allgather mlp p=%d: relative %.3g\n", p, relative);
+    EXPECT_LE(relative, 1e-5) << p;
+    // sum_i (P-1)/P 4 B d_i over d = 16, 8, 4, plus sum_{i>=2} 2 (P-1)/P 4 B d_{i-1} over 16, 8.
+    const double share = (p - 1.0) / p, b = 24;
+    const double formula = share * 4 * b * (16 + 8 + 4) + 2 * share * 4 * b * (16 + 8);
+    const auto parallel = summary_of(run).at("parallel");
+    EXPECT_DOUBLE_EQ(parallel.at("bytes_sent_per_step_per_rank").get<double>(), formula) << p;
+    EXPECT_DOUBLE_EQ(parallel.at("bytes_sent_per_step_per_rank_predicted").get<double>(), formula);
+    EXPECT_DOUBLE_EQ(parallel.at("collectives_per_step").get<double>(), 3 + 2);
+  }
+}
+
+TEST_F(TensorParallelTest, UnsplittableModelsAndStylesAreRefused) {
   Config c = mlp_config();
   c.parallel.strategy = "tensor_parallel";
+  c.model.hidden = {16, 6};  // 6 outputs over 4 ranks
+  try {
+    allreduce_training(c, 4);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("fc2 has 6 outputs (model.hidden)"), std::string::npos)
+        << e.what();
+  }
+  c.model.hidden = {16, 8};
+  c.model.name = "lenet5";  // no tensor-parallel form: refused by the strategy
+  c.data.synthetic_shape = {1, 28, 28};
   EXPECT_THROW(allreduce_training(c, 2), ConfigError);
+  Config g = gpt(4, 16, false);
+  g.tensor_parallel.style = "allgather";
+  EXPECT_THROW(allreduce_training(g, 2), ConfigError);
 }
 
 }  // namespace

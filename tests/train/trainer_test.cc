@@ -14,6 +14,7 @@
 #include "dtrain/base/stop_request.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/checkpoint.h"
+#include "dtrain/train/launch.h"
 #include "dtrain/train/memory_checkpoint.h"
 
 namespace dtrain::train {
@@ -300,6 +301,41 @@ TEST_F(TrainerTest, AFailedRunResumesFromItsMemoryCheckpointBitwise) {
   EXPECT_EQ(final_params(dir("failed"), 2), final_params(dir("full"), 2));
   EXPECT_EQ(losses(dir("failed")), losses(dir("full")));
   EXPECT_TRUE(fs::is_empty(dir("shm")));
+}
+
+// In-process restarts (launch.cc): a rank thread that fails every 7 steps (2 ranks, memory
+// checkpoints every step) is restarted inside the process from the memory checkpoint each time;
+// the run ends bitwise equal to the uninterrupted one, with one line per restart in
+// restarts.jsonl. Without restarts left, the failure ends the run.
+TEST_F(TrainerTest, InProcessRestartsResumeFromTheMemoryCheckpointBitwise) {
+  Config config = small_config();
+  config.train.epochs = 2;
+  config.parallel.workers = 2;
+  config.train.memory_checkpoint_every_steps = 1;
+  config.train.memory_checkpoint_folder = dir("shm");
+  fs::create_directories(dir("shm"));
+  const TrainerOptions quiet{"", false, /*quiet=*/true, stderr, nullptr, nullptr};
+  TrainerOptions options = quiet;
+  options.run_dir = dir("full");
+  run_training(config, options);
+  Config failing = config;
+  failing.parallel.inject_fault = "rank=1,every=7";
+  failing.train.in_process_restarts = 5;
+  options.run_dir = dir("failing");
+  const RunSummary summary = run_training(failing, options);
+  EXPECT_EQ(summary.steps, 20);
+  EXPECT_EQ(final_params(dir("failing"), 2), final_params(dir("full"), 2));
+  EXPECT_EQ(losses(dir("failing")), losses(dir("full")));
+  std::ifstream log(dir("failing") + "/restarts.jsonl");
+  std::vector<nlohmann::json> restarts;
+  for (std::string line; std::getline(log, line);) restarts.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(restarts.size(), 2u);  // after steps 7 and 14
+  EXPECT_TRUE(restarts[0]["in_process"].get<bool>());
+  EXPECT_THAT(restarts[0]["cause"].get<std::string>(), HasSubstr("injected fault after step 7"));
+  EXPECT_TRUE(fs::is_empty(dir("shm")));
+  failing.train.in_process_restarts = 0;
+  options.run_dir = dir("unrestarted");
+  EXPECT_THROW(run_training(failing, options), Error);
 }
 
 // A run stopped after its last checkpoint but before summary.json (killed under the supervisor):

@@ -115,7 +115,8 @@ StepTimeReport predict_sweep_step_times(const SweepResult& result, int repeats) 
     row.predicted = predict_step_time(spec, row.ranks, buckets,
                                       p.value("predicted_bytes_sent_per_rank_and_step", 0.0),
                                       compute, costs[codec], report.link);
-    row.measured = run.summary.value("step_seconds_median", 0.0);
+    row.measured = run.summary.value("train_seconds", 0.0) / steps;
+    row.measured_median = run.summary.value("step_seconds_median", 0.0);
     const compress::CodecSpec fp16 = compress::parse_codec("fp16");
     const compress::CodecSpec none = compress::parse_codec("none");
     row.predicted_fp16 = predict_step_time(fp16, row.ranks, buckets,
@@ -137,19 +138,22 @@ std::string step_time_table(const StepTimeReport& report) {
       "predicted step time = compute + codec (encode + d decode) + m alpha + B beta; link alpha "
       "{:.1f} us, beta 1 / {:.2f} GB/s (dtrain check's measurement); no overlap assumed\n",
       report.link_latency_us, report.link_bandwidth_gbs);
-  text += fmt::format("{:<14} {:>3} {:>10} {:>9} {:>9} {:>10} {:>12} {:>11} {:>9} {:>9}\n", "codec",
-                      "P", "compute_ms", "codec_ms", "comm_ms", "B_per_step", "predicted_ms",
-                      "measured_ms", "x_fp16", "x_32bit");
+  text += fmt::format("{:<14} {:>3} {:>10} {:>9} {:>9} {:>10} {:>12} {:>11} {:>9} {:>7} {:>7}\n",
+                      "codec", "P", "compute_ms", "codec_ms", "comm_ms", "B_per_step",
+                      "predicted_ms", "measured_ms", "median_ms", "x_fp16", "x_32bit");
   for (const StepTimeRow& row : report.rows) {
     const double total = row.predicted.total();
     text += fmt::format(
-        "{:<14} {:>3} {:>10.3f} {:>9.3f} {:>9.3f} {:>10.0f} {:>12.3f} {:>11.3f} {:>9.2f} "
-        "{:>9.2f}\n",
+        "{:<14} {:>3} {:>10.3f} {:>9.3f} {:>9.3f} {:>10.0f} {:>12.3f} {:>11.3f} {:>9.3f} {:>7.2f} "
+        "{:>7.2f}\n",
         row.codec, row.ranks, 1e3 * row.predicted.compute, 1e3 * row.predicted.codec,
         1e3 * row.predicted.comm, row.predicted.bytes, 1e3 * total, 1e3 * row.measured,
-        total > 0 ? row.predicted_fp16 / total : 0.0, total > 0 ? row.predicted_none / total : 0.0);
+        1e3 * row.measured_median, total > 0 ? row.predicted_fp16 / total : 0.0,
+        total > 0 ? row.predicted_none / total : 0.0);
   }
   text +=
+      "measured_ms: the run's mean step (train_seconds / steps), as compute_ms is a mean; "
+      "median_ms: its median step\n"
       "x_fp16, x_32bit: predicted speedup of the step over the same step with fp16 / 32-bit "
       "gradients (> 1: the codec pays)\n";
   return text;
@@ -167,6 +171,7 @@ nlohmann::json step_time_json(const StepTimeReport& report) {
                     {"bytes_per_step", row.predicted.bytes},
                     {"predicted_step_seconds", row.predicted.total()},
                     {"measured_step_seconds", row.measured},
+                    {"measured_step_seconds_median", row.measured_median},
                     {"predicted_fp16_step_seconds", row.predicted_fp16},
                     {"predicted_32bit_step_seconds", row.predicted_none}});
   }

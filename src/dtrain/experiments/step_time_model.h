@@ -65,7 +65,10 @@ struct StepTimeRow {
   std::string codec;
   int ranks = 1;
   StepTimeTerms predicted;
-  double measured = 0.0;        // the run's median step (summary.json's step_seconds_median)
+  // The run's mean step (train_seconds / steps: the same mean as T_compute's) and its median
+  // (summary.json's step_seconds_median; below the mean where a loaded machine stretches a few).
+  double measured = 0.0;
+  double measured_median = 0.0;
   double predicted_fp16 = 0.0;  // the same step with fp16, then 32-bit, gradients
   double predicted_none = 0.0;
 };

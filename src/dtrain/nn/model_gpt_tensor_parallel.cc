@@ -73,6 +73,21 @@ TensorParallelModel build_gpt_tensor_parallel(const ModelSpec& spec, GroupComm& 
     result.shards.push_back(shard_by_name(entry.name));
   }
   result.model = std::move(model);
+  const int p = group.size();
+  const double share = 2.0 * (p - 1) / p;
+  // 4 allreduces per block of T d floats per sample (T = block: text windows are whole blocks).
+  result.bytes_per_sample = 4.0 * static_cast<double>(spec.layers) * share * 4.0 *
+                            static_cast<double>(spec.block) * static_cast<double>(d);
+  result.bytes_formula =
+      "4 L x 2 (P-1)/P x 4 B T d (ring allreduce: seed 003's 2 (P-1)/P B d_i per allreduce, 4 "
+      "bytes a float)";
+  result.collectives_per_step = 4 * spec.layers;
+  result.collectives_formula = "4 L allreduces";
+  result.description = fmt::format(
+      "megatron: each of {} blocks with {}/{} heads and {}/{} MLP units per rank (qkv, fc "
+      "column-parallel; proj, out row-parallel; embedding, LayerNorms, head replicated)",
+      spec.layers, spec.heads / p, spec.heads, 4 * d / p, 4 * d);
+  result.parameters_formula = "V d + block d + 2 d + L (12 d^2 / P + 7 d / P + 6 d)";
   return result;
 }
 

@@ -22,15 +22,10 @@
 #include "dtrain/nn/group_comm.h"
 #include "dtrain/nn/model.h"
 #include "dtrain/nn/model_zoo.h"
+#include "dtrain/nn/tensor_parallel_model.h"
 #include "dtrain/nn/tensor_parallel_shards.h"
 
 namespace dtrain::nn {
-
-struct TensorParallelModel {
-  std::unique_ptr<Model> model;
-  // shards[k]: the part of the unsplit tensor model->store().param_entries()[k] holds.
-  std::vector<ParamShard> shards;
-};
 
 // ConfigError (one line, naming the numbers) when spec.heads is not divisible by group.size().
 // The model is built but not initialised: its values come from the unsplit model (slice_shard).

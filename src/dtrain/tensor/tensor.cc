@@ -1,8 +1,5 @@
 #include "dtrain/tensor/tensor.h"
 
-#include <sys/mman.h>
-
-#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -22,22 +19,6 @@ std::vector<std::int64_t> contiguous_strides(const Shape& shape) {
   return strides;
 }
 
-// Maps in the pages of a new block of at least kPrefaultBytes in one system call
-// (MADV_POPULATE_WRITE, Linux 5.14) instead of one page fault per 4 KiB at first touch: a fresh
-// process touches hundreds of MB of activations in its first step (the fortunes GPT: 100,000
-// faults, about 2.5 us each on these virtual machines), which is most of what makes a restarted
-// run's first step slow. A block the heap already had mapped costs a walk of its page table. On an
-// older kernel the call fails and the pages fault in as before.
-constexpr std::size_t kPrefaultBytes = std::size_t{256} << 10;
-constexpr int kMadvisePopulateWrite = 23;  // MADV_POPULATE_WRITE, absent from older headers
-
-void prefault(void* memory, std::size_t bytes) {
-  constexpr std::uintptr_t kPage = 4096;
-  const auto begin = (reinterpret_cast<std::uintptr_t>(memory) + kPage - 1) & ~(kPage - 1);
-  const auto end = (reinterpret_cast<std::uintptr_t>(memory) + bytes) & ~(kPage - 1);
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, kMadvisePopulateWrite);
-}
-
 std::shared_ptr<float> allocate(std::int64_t numel) {
   constexpr std::size_t kAlignment = 64;
   std::size_t bytes = static_cast<std::size_t>(numel) * sizeof(float);
@@ -45,7 +26,6 @@ std::shared_ptr<float> allocate(std::int64_t numel) {
   if (bytes == 0) bytes = kAlignment;
   void* memory = std::aligned_alloc(kAlignment, bytes);
   if (memory == nullptr) throw std::bad_alloc();
-  if (bytes >= kPrefaultBytes) prefault(memory, bytes);
   return std::shared_ptr<float>(static_cast<float*>(memory), [](float* p) { std::free(p); });
 }
 

@@ -264,6 +264,10 @@ std::vector<Field> fields(Config& c) {
                    0),
       {"train", "memory_checkpoint_folder", &t.memory_checkpoint_folder,
        "folder (a tmpfs) of the memory checkpoints"},
+      int_at_least("train", "in_process_restarts", &t.in_process_restarts,
+                   "rank threads that fail (an error, a deadline) restart inside the process from "
+                   "the newest checkpoint, up to this many times (0 = never; not under mpirun)",
+                   0),
       {"train", "accumulate_steps", &t.accumulate_steps,
        "micro-batches per step whose gradients add up (same trajectory, less memory)", 1, 4096},
 
@@ -348,7 +352,8 @@ std::vector<Field> fields(Config& c) {
        "(\"\" = none)"},
       {"parallel", "inject_fault", &p.inject_fault,
        "experiments, fault tests: rank=R,step=S makes rank R fail after global step S, once "
-       "(a thread rank throws, an mpirun process kills itself; docs/FAULTS.md); \"\" = none"},
+       "(a thread rank throws, an mpirun process kills itself; docs/FAULTS.md); rank=R,every=N "
+       "after every N-th step; \"\" = none"},
 
       {"data_parallel",
        "bucket_bytes",
@@ -547,14 +552,15 @@ std::vector<Field> fields(Config& c) {
       {"tensor_parallel",
        "style",
        &tp.style,
-       "megatron: each GPT block's attention split by heads (qkv column-parallel, proj "
-       "row-parallel) and its MLP by hidden units (fc column-, out row-parallel) over "
-       "parallel.workers ranks; one allreduce per half-block in forward and one in backward",
+       "how the model is split over parallel.workers ranks: megatron (gpt: each block's attention "
+       "by heads, its MLP by hidden units; one allreduce per half-block forward and one "
+       "backward), allgather (mlp, seed 003: each Linear's outputs split, activations "
+       "all-gathered, their gradients all-reduced), auto (the one that fits model.name)",
        -kInf,
        kInf,
        false,
        false,
-       {"megatron"}},
+       {"auto", "megatron", "allgather"}},
   };
 }
 

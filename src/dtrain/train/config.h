@@ -94,6 +94,9 @@ struct TrainSection {
   // resumes from it when it is newer than checkpoints/.
   std::int64_t memory_checkpoint_every_steps = 0;
   std::string memory_checkpoint_folder = "/dev/shm";
+  // Rank threads that fail (a rank's error, a deadline) restart inside the process from the newest
+  // checkpoint, up to N times, before the process exits 4 (docs/FAULTS.md); not under mpirun.
+  std::int64_t in_process_restarts = 0;
   // Micro-batches per optimizer step: each rank's share of a batch is split into this many
   // forward/backward passes whose gradients add up (less memory, the same trajectory).
   std::int64_t accumulate_steps = 1;
@@ -236,7 +239,8 @@ struct FederatedSection {
 // [tensor_parallel], read by parallel.strategy = "tensor_parallel" (strategies/tensor_parallel/
 // tensor_parallel_strategy.h, docs/TENSOR_PARALLEL.md): parallel.workers ranks, one group.
 struct TensorParallelSection {
-  std::string style = "megatron";  // megatron: column/row-parallel pairs (the GPT)
+  // auto (by model.name) | megatron (gpt: column/row-parallel pairs) | allgather (mlp: seed 003)
+  std::string style = "auto";
   bool operator==(const TensorParallelSection&) const = default;
 };
 

@@ -40,26 +40,42 @@ FaultSpec parse_fault(const std::string& text) {
     if (key == "rank") {
       spec.rank = static_cast<int>(parse_count(value, key, text));
       has_rank = true;
-    } else if (key == "step") {
+    } else if (key == "step" && !has_step) {
       spec.step = parse_count(value, key, text);
       has_step = true;
+    } else if (key == "every" && !has_step) {
+      spec.every = parse_count(value, key, text);
+      if (spec.every == 0) {
+        throw ConfigError(fmt::format("fault '{}': every must be at least 1 step", text));
+      }
+      has_step = true;
     } else {
-      throw ConfigError(
-          fmt::format("fault '{}': unknown key '{}'; the form is rank=R,step=S", text, key));
+      throw ConfigError(fmt::format(
+          "fault '{}': unknown or repeated key '{}'; the form is rank=R,step=S or rank=R,every=N",
+          text, key));
     }
   }
   if (!has_rank || !has_step) {
-    throw ConfigError(fmt::format("fault '{}' needs both rank and step: rank=R,step=S", text));
+    throw ConfigError(
+        fmt::format("fault '{}' needs a rank and a step: rank=R,step=S or rank=R,every=N", text));
   }
   return spec;
 }
 
 void inject_fault(const FaultSpec& spec, int rank, std::int64_t step, bool process_rank,
                   const std::string& run_dir) {
-  if (spec.rank != rank || spec.step != step) return;
+  if (spec.rank != rank) return;
+  if (spec.every > 0 ? step == 0 || step % spec.every != 0 : step != spec.step) return;
   const std::filesystem::path marker = std::filesystem::path(run_dir) / ".injected-fault";
-  if (std::filesystem::exists(marker)) return;  // this run folder failed here once already
-  std::ofstream(marker) << fmt::format("rank={},step={}\n", rank, step);
+  const std::string line = fmt::format("rank={},step={}", rank, step);
+  {
+    std::ifstream in(marker);
+    std::string seen;
+    while (std::getline(in, seen)) {
+      if (seen == line) return;  // this run folder failed here once already
+    }
+  }
+  std::ofstream(marker, std::ios::app) << line << "\n";
   if (process_rank) {
     std::fprintf(stderr,
                  "rank %d: injected fault after step %lld (parallel.inject_fault): "

@@ -1,11 +1,12 @@
 // Injected worker failures for experiments and the fault tests (docs/FAULTS.md): rank R fails after
-// its global step S, once per run folder: a marker file there (.injected-fault) keeps a restart
-// that resumes from before step S from failing again.
+// its global step S, once per run folder and step: a marker file there (.injected-fault, a line
+// per failure) keeps a restart that resumes from before step S from failing there again.
 //
 //   "rank=1,step=40"     rank 1 fails after step 40: a rank that is a thread of this process
 //                        throws (its error names the rank, the others fail promptly: a lost
 //                        worker); a rank that is a process under mpirun kills itself with SIGKILL
 //                        (a lost process or host)
+//   "rank=1,every=20"    rank 1 fails after steps 20, 40, 60, ... (goodput experiments)
 //   ""                   none
 #pragma once
 
@@ -17,6 +18,7 @@ namespace dtrain::train {
 struct FaultSpec {
   int rank = -1;  // -1: no fault
   std::int64_t step = 0;
+  std::int64_t every = 0;  // > 0: after every multiple of it instead of after `step`
 };
 
 // Parses the forms above; ConfigError naming the text and the accepted form otherwise.

@@ -5,22 +5,33 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "dtrain/base/env.h"
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
+#include "dtrain/base/stop_request.h"
 #include "dtrain/base/thread_pool.h"
+#include "dtrain/base/timer.h"
 #include "dtrain/comm/comm_error.h"
+#include "dtrain/comm/rank_threads.h"
 #include "dtrain/comm/spawn_process_ranks.h"
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/train/memory_budget.h"
 #include "dtrain/train/strategy_registry.h"
+#include "dtrain/train/supervisor.h"
 
 namespace dtrain::train {
+
+namespace fs = std::filesystem;
+
 // Rank threads with one compute thread each are bound to distinct CPUs when they fit (rank r on
 // the r-th CPU this process may use): left free, the scheduler sometimes stacks both ranks of a
 // 2-CPU machine on one core for a whole run (the measurements: docs/PERFORMANCE.md,
@@ -115,6 +126,59 @@ RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
   return summary;
 }
 
+// In-process restarts (train.in_process_restarts, docs/FAULTS.md): a failed rank thread (its own
+// error, a deadline, an injected fault) fails its world, and every rank thread ends; when all of
+// them were joined (none left running: comm::detached_rank_threads) the process is sound, so the
+// ranks start again in it, from the newest checkpoint (the memory tier's, with
+// train.memory_checkpoint_every_steps), without a new process, a new data load or cold pages
+// (freed heap memory is reused: base/allocator_tuning.h). Bad input (config, data, shapes,
+// checkpoints) and internal errors are not restarted: they would fail alike.
+bool restartable_in_process(const std::exception& e) {
+  if (dynamic_cast<const comm::CommError*>(&e) != nullptr) return true;
+  return dynamic_cast<const Error*>(&e) != nullptr &&
+         dynamic_cast<const ConfigError*>(&e) == nullptr &&
+         dynamic_cast<const DataError*>(&e) == nullptr &&
+         dynamic_cast<const ShapeError*>(&e) == nullptr &&
+         dynamic_cast<const CheckpointError*>(&e) == nullptr &&
+         dynamic_cast<const InternalError*>(&e) == nullptr;
+}
+
+// Runs `attempt` (one try of the run, given whether it resumes) until it returns, restarting it
+// in this process after a restartable failure while restarts are left; each restart is a line
+// of restarts.jsonl with "in_process": true.
+RunSummary with_in_process_restarts(
+    const Config& config, const TrainerOptions& options,
+    const std::function<RunSummary(const TrainerOptions&)>& attempt) {
+  TrainerOptions current = options;
+  for (std::int64_t restart = 0;; ++restart) {
+    Stopwatch ran;
+    try {
+      return attempt(current);
+    } catch (const std::exception& e) {
+      if (restart >= config.train.in_process_restarts || !restartable_in_process(e) ||
+          comm::detached_rank_threads() > 0 || stop_requested() != 0) {
+        throw;
+      }
+      std::string cause = e.what();
+      std::replace(cause.begin(), cause.end(), '\n', ' ');
+      log::warn(
+          "{}; restarting the ranks inside this process from the newest checkpoint "
+          "(in-process restart {} of {}, train.in_process_restarts)",
+          cause, restart + 1, config.train.in_process_restarts);
+      const nlohmann::json record = {{"in_process", true},
+                                     {"in_process_restart", restart + 1},
+                                     {"at", now_iso8601()},
+                                     {"attempt_seconds", ran.seconds()},
+                                     {"cause", cause}};
+      const std::string log_path = (fs::path(options.run_dir) / "restarts.jsonl").string();
+      std::ofstream out(log_path, std::ios::app);
+      out << record.dump() << "\n";
+      if (!out) log::warn("cannot append to {}; restarting anyway", log_path);
+      current.resume = true;
+    }
+  }
+}
+
 }  // namespace
 
 RunSummary run_training(const Config& config, const TrainerOptions& options) {
@@ -131,8 +195,10 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
   const int workers = strategy.thread_ranks ? strategy.thread_ranks(config)
                                             : static_cast<int>(config.parallel.workers);
   if (workers == 1 && !strategy.run_rank) {
-    Trainer trainer(config, options);
-    return trainer.run();
+    return with_in_process_restarts(config, options, [&](const TrainerOptions& attempt) {
+      Trainer trainer(config, attempt);
+      return trainer.run();
+    });
   }
   validate(config);
   auto data = std::make_shared<const RunData>(load_run_data(config.data));
@@ -145,15 +211,17 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
         std::min(workers, static_cast<int>(config.parallel.workers) + 1), workers,
         run_data_bytes(*data));
   }
-  RunSummary summary;
-  std::mutex summary_mutex;
-  comm::spawn_ranks(
-      workers,
-      [&](comm::Communicator& comm) {
-        train_rank(comm, config, options, data, summary, summary_mutex);
-      },
-      comm_options(config), rank_pinning(config));
-  return summary;
+  return with_in_process_restarts(config, options, [&](const TrainerOptions& attempt) {
+    RunSummary summary;
+    std::mutex summary_mutex;
+    comm::spawn_ranks(
+        workers,
+        [&](comm::Communicator& comm) {
+          train_rank(comm, config, attempt, data, summary, summary_mutex);
+        },
+        comm_options(config), rank_pinning(config));
+    return summary;
+  });
 }
 
 }  // namespace dtrain::train

@@ -78,7 +78,8 @@ std::vector<StrategyInfo> make_registry() {
   registry.push_back(StrategyInfo{
       "tensor_parallel",
       "tensor (operator) parallelism: each GPT block's attention split by heads and its MLP by "
-      "hidden units over the ranks (Megatron-LM column/row-parallel Linear)",
+      "hidden units over the ranks (Megatron-LM column/row-parallel Linear); the MLP's layers "
+      "by outputs (seed 003's all-gather form)",
       "docs/TENSOR_PARALLEL.md", replicas<TensorParallel>, nullptr, nullptr, nullptr,
       /*pin_ranks=*/true});
   return registry;

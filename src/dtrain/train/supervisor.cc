@@ -38,15 +38,6 @@ constexpr double kMaxBackoffSeconds = 30.0;
 // core's time spent looking).
 constexpr auto kPoll = std::chrono::milliseconds(10);
 
-std::string now_iso8601() {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char text[32];
-  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
-}
-
 // Starts `argv` with the supervisor's environment plus DTRAIN_ERROR_FILE; returns its pid.
 pid_t start_child(const std::vector<std::string>& argv, const std::string& error_file) {
   std::vector<char*> args;
@@ -135,6 +126,15 @@ int exit_code_of(int status) {
 }
 
 }  // namespace
+
+std::string now_iso8601() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
 
 std::string describe_wait_status(int status) {
   if (WIFEXITED(status)) return fmt::format("exit status {}", WEXITSTATUS(status));

@@ -58,6 +58,9 @@ struct SupervisorOptions {
 // status for the supervisor to exit with.
 int supervise(const SupervisorOptions& options);
 
+// The current UTC time as 2026-11-26T17:36:15Z (restarts.jsonl's "at").
+std::string now_iso8601();
+
 // How a child ended, as waitpid's status says it: "exit status 4", "killed by signal 9 (SIGKILL)".
 std::string describe_wait_status(int status);
 

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,11 @@ struct TrainFlags {
   std::int64_t tp = 0;
   std::string schedule;
   std::string topology;
+  std::int64_t clients = 0;
+  std::optional<double> client_fraction;  // any value given is passed on (0 is refused there)
+  std::int64_t local_epochs = 0;
+  std::int64_t rounds = 0;
+  std::string partition;
   bool quiet = false;
   std::int64_t max_restarts = 0;
   double restart_backoff = 1.0;
@@ -241,6 +247,10 @@ Examples:
   dtrain train --config examples/fashion_mlp.toml --strategy decentralized \
                --topology one-peer-exponential --workers 8
                                                      # D-PSGD: one neighbour per step
+  dtrain train --config examples/fashion_mlp_federated.toml --partition dirichlet:0.1 \
+               --local-epochs 5 --workers 2          # FedAvg: 100 clients, 10 per round
+  dtrain train --config examples/fortunes_gpt.toml --tp 2
+                                                     # tensor parallel: each GPT block split in 2
 
 Each strategy reads its own config section ([data_parallel], [parameter_server], [local_sgd]);
 `dtrain config` lists them. Data parallelism: train.batch_size is the global batch, split over the ranks; gradients are
@@ -340,6 +350,18 @@ int run_train(const TrainFlags& flags) {
   }
   if (!flags.topology.empty()) {
     overrides.push_back(fmt::format("decentralized.topology=\"{}\"", flags.topology));
+  }
+  if (flags.clients > 0) overrides.push_back(fmt::format("federated.clients={}", flags.clients));
+  // Passed on even when out of range, so that the config's check names the key and the value.
+  if (flags.client_fraction) {
+    overrides.push_back(fmt::format("federated.client_fraction={}", *flags.client_fraction));
+  }
+  if (flags.local_epochs > 0) {
+    overrides.push_back(fmt::format("federated.local_epochs={}", flags.local_epochs));
+  }
+  if (flags.rounds > 0) overrides.push_back(fmt::format("federated.rounds={}", flags.rounds));
+  if (!flags.partition.empty()) {
+    overrides.push_back(fmt::format("federated.partition=\"{}\"", flags.partition));
   }
   if (!flags.straggler.empty()) {
     overrides.push_back(fmt::format("parallel.straggler=\"{}\"", flags.straggler));
@@ -558,12 +580,29 @@ Command add_train_command(CLI::App& app) {
                   "--strategy pipeline: gpipe or 1f1b (pipeline.schedule)");
   sub->add_option("--tp", flags->tp,
                   "tensor parallelism over P ranks: --strategy tensor_parallel --workers P "
-                  "(GPT only; docs/TENSOR_PARALLEL.md)")
+                  "(gpt, mlp; docs/TENSOR_PARALLEL.md)")
       ->check(at_least(1));
   sub->add_option("--topology", flags->topology,
                   "--strategy decentralized: ring, torus, exponential, one-peer-exponential or "
                   "full (decentralized.topology)")
       ->type_name("NAME");
+  sub->add_option("--clients", flags->clients,
+                  "--strategy federated: simulated clients K (federated.clients)")
+      ->check(at_least(1));
+  sub->add_option("--client-fraction", flags->client_fraction,
+                  "--strategy federated: fraction C in (0, 1] of the clients in each round "
+                  "(federated.client_fraction)");
+  sub->add_option("--local-epochs", flags->local_epochs,
+                  "--strategy federated: epochs E each client trains per round "
+                  "(federated.local_epochs)")
+      ->check(at_least(1));
+  sub->add_option("--rounds", flags->rounds,
+                  "--strategy federated: communication rounds (federated.rounds)")
+      ->check(at_least(1));
+  sub->add_option("--partition", flags->partition,
+                  "--strategy federated: iid, shards, shards:S or dirichlet:A "
+                  "(federated.partition)")
+      ->type_name("SPEC");
   sub->add_flag("--quiet,-q", flags->quiet, "no progress output (errors are still printed)");
   sub->add_option("--max-restarts", flags->max_restarts,
                   "supervise the run: when it dies (a killed process, a failed rank, a deadline) "

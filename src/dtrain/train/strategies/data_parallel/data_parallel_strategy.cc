@@ -120,10 +120,17 @@ DataParallel::DataParallel(const StrategyContext& context)
       return reducer;
     };
   } else if (robust_) {
-    dp.reducer = parallel::robust_reducer({section.aggregator, section.attack,
-                                           static_cast<int>(section.byzantine),
-                                           static_cast<std::uint64_t>(config.train.seed),
-                                           static_cast<float>(section.worker_momentum)});
+    // Kept to checkpoint its per-rank state (worker momentum).
+    dp.reducer = [this,
+                  factory = parallel::robust_reducer(
+                      {section.aggregator, section.attack, static_cast<int>(section.byzantine),
+                       static_cast<std::uint64_t>(config.train.seed),
+                       static_cast<float>(section.worker_momentum)})](
+                     const parallel::ReducerContext& reducer_context) {
+      std::unique_ptr<parallel::GradientReducer> reducer = factory(reducer_context);
+      robust_reducer_ = dynamic_cast<parallel::RobustReducer*>(reducer.get());
+      return reducer;
+    };
   } else {
     dp.reducer = parallel::allreduce_reducer();
   }
@@ -217,6 +224,14 @@ std::vector<optim::StateTensor> DataParallel::checkpoint_state(const optim::Opti
       state.push_back(std::move(tensor));
     }
   }
+  if (robust_reducer_ != nullptr && !robust_reducer_->momentum().empty()) {
+    // Each rank's worker momentum is its own, as a residual is.
+    const std::vector<optim::StateTensor> mine = {
+        {"robust/worker_momentum", robust_reducer_->momentum()}};
+    for (optim::StateTensor& tensor : gather_per_rank(comm_, mine, false)) {
+      state.push_back(std::move(tensor));
+    }
+  }
   if (!sharded()) return state;
   // Each rank holds its shard's state; the sum of the zero-filled expansions is the whole (every
   // element is non-zero on one rank at most), the same layout as an unsharded run's.
@@ -250,8 +265,24 @@ void DataParallel::restore_compression_state(std::vector<optim::StateTensor>& st
   // The optimizer's tensors stay; every rank's compression tensors go.
   std::erase_if(state, [](const optim::StateTensor& tensor) {
     return tensor.name.rfind("rank", 0) == 0 &&
-           tensor.name.find("/compression/") != std::string::npos;
+           (tensor.name.find("/compression/") != std::string::npos ||
+            tensor.name.find("/robust/") != std::string::npos);
   });
+  if (robust_reducer_ != nullptr && !robust_reducer_->momentum().empty()) {
+    const auto found = std::find_if(split.mine.begin(), split.mine.end(), [](const auto& tensor) {
+      return tensor.name == "robust/worker_momentum";
+    });
+    if (std::cmp_equal(split.writers, context_.world) && found != split.mine.end() &&
+        found->values.size() == robust_reducer_->momentum().size()) {
+      robust_reducer_->load_momentum(found->values);
+    } else if (context_.rank == 0) {
+      log::warn(
+          "checkpoint {} holds no worker momentum for these {} ranks: it restarts at zero "
+          "(a worker's momentum is its own)",
+          path, context_.world);
+    }
+    return;
+  }
   if (compressed_ == nullptr) return;
   if (std::cmp_equal(split.writers, context_.world)) {
     compressed_->load_state(split.mine, path);

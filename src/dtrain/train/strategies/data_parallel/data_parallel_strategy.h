@@ -28,6 +28,7 @@
 #include "dtrain/compress/codec_spec.h"
 #include "dtrain/parallel/gradient_synchronizer.h"
 #include "dtrain/parallel/reducers/compressed_reducer.h"
+#include "dtrain/parallel/reducers/robust_reducer.h"
 #include "dtrain/parallel/sync_batch_norm.h"
 #include "dtrain/train/strategies/data_parallel/fused_update_policy.h"
 #include "dtrain/train/strategies/data_parallel/fusion_policy.h"
@@ -57,9 +58,9 @@ class DataParallel final : public Strategy {
  private:
   bool sharded() const { return sync_->reducer().sharded(); }
   bool fused() const { return !sync_->reducer().per_bucket(); }
-  // Takes this rank's compression state (error feedback's residual, ...) out of a checkpoint's
-  // and hands it to the compressed reducer: with the same number of ranks, else they restart at
-  // zero and rank 0 says so.
+  // Takes this rank's compression state (error feedback's residual, ...) or worker momentum out of
+  // a checkpoint's and hands it to the compressed or robust reducer: with the same number of
+  // ranks, else they restart at zero and rank 0 says so.
   void restore_compression_state(std::vector<optim::StateTensor>& state, const std::string& path);
 
   comm::Communicator& comm_;
@@ -73,6 +74,7 @@ class DataParallel final : public Strategy {
   std::int64_t classes_ = 0;           // labelflip's C: the model's outputs per position
   std::vector<std::int32_t> flipped_;  // labelflip: this step's labels, flipped
   parallel::CompressedReducer* compressed_ = nullptr;  // the reducer, when it is one
+  parallel::RobustReducer* robust_reducer_ = nullptr;  // the reducer, when it is one
   std::unique_ptr<parallel::GradientSynchronizer> sync_;
   std::unique_ptr<parallel::SyncBatchNormReducer> bn_reducer_;
 };

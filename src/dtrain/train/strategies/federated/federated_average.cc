@@ -11,7 +11,7 @@ namespace {
 // The counters in the order they ride behind the model in the allreduce.
 constexpr double RoundCounts::*kCounterFields[] = {
     &RoundCounts::completed, &RoundCounts::failed,  &RoundCounts::samples, &RoundCounts::seen,
-    &RoundCounts::loss_sum,  &RoundCounts::correct, &RoundCounts::steps};
+    &RoundCounts::loss_sum,  &RoundCounts::correct, &RoundCounts::steps,   &RoundCounts::stop};
 constexpr auto kCounters = static_cast<std::int64_t>(std::size(kCounterFields));
 
 }  // namespace

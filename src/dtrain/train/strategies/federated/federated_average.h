@@ -29,6 +29,7 @@ struct RoundCounts {
   double loss_sum = 0.0;   // training loss summed over `seen`
   double correct = 0.0;    // correctly classified of `seen`
   double steps = 0.0;      // local steps, summed over the completed
+  double stop = 0.0;       // ranks that saw a stop signal (SIGTERM, SIGINT) during the round
 };
 
 class FederatedAverage {

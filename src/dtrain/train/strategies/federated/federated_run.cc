@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <numeric>
 
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
+#include "dtrain/base/stop_request.h"
 #include "dtrain/base/timer.h"
 #include "dtrain/data/client_partition.h"
 #include "dtrain/nn/loss.h"
@@ -228,6 +230,8 @@ RunSummary FederatedRun::run() {
   std::pair<double, double> last_eval{0.0, 0.0};
   std::vector<double> round_accuracy;
   const std::int64_t rank_bytes_start = bytes_sent(s.comm);
+  std::int64_t rounds_run = 0;
+  int stopped_by = 0;  // the signal that stopped the run early, or 0
 
   for (std::int64_t round = 0; round < f.rounds; ++round) {
     Stopwatch round_clock;
@@ -257,6 +261,9 @@ RunSummary FederatedRun::run() {
         counts.failed += 1.0;
       }
     }
+    // A stop signal ends the run after this round on every rank: the ranks agree in the same
+    // allreduce (a process under mpirun may not have seen it).
+    counts.stop = stop_requested() != 0 ? 1.0 : 0.0;
     average.allreduce(s.comm);
     const bool moved = average.average_into(global_params_, global_buffers_);
     const double round_seconds = round_clock.seconds();
@@ -325,6 +332,17 @@ RunSummary FederatedRun::run() {
         failed > 0 ? fmt::format(" ({} failed)", failed) : std::string(), train_loss,
         last_eval.first, 100.0 * accuracy, static_cast<double>(bytes_down + bytes_up) / 1e6,
         round_seconds));
+    rounds_run = round + 1;
+    if (counts.stop > 0.0 && rounds_run < f.rounds) {
+      stopped_by = stop_requested() != 0 ? stop_requested() : SIGTERM;
+      if (writer) {
+        log::warn(
+            "stopped by {} after round {} of {}: a federated run keeps no checkpoint, so "
+            "summary.json covers the rounds run; start a new run to train further",
+            stop_signal_name(stopped_by), rounds_run, f.rounds);
+      }
+      break;
+    }
   }
   const std::int64_t rank_bytes = bytes_sent(s.comm) - rank_bytes_start;
 
@@ -332,7 +350,8 @@ RunSummary FederatedRun::run() {
   summary.model = config.model.name;
   summary.dataset = s.data->train.name;
   summary.parameters = store.num_params();
-  summary.epochs = f.rounds;
+  summary.epochs = rounds_run;
+  summary.stopped_by_signal = stopped_by;
   summary.steps = steps_total;
   summary.samples = seen_total;
   summary.final_train_loss = last_train_loss;
@@ -365,16 +384,17 @@ RunSummary FederatedRun::run() {
       {"partition_redraws", s.partition.redraws},
       {"fedprox_mu", f.fedprox_mu},
       {"client_failure", f.client_failure},
-      {"rounds", f.rounds},
+      {"rounds", rounds_run},
+      {"rounds_planned", f.rounds},
       {"model_values", values},
       {"model_bytes", model_bytes},
       {"bytes_down", bytes_down},
       {"bytes_up", bytes_up},
-      {"bytes_down_predicted", f.rounds * per_round * model_bytes},
+      {"bytes_down_predicted", rounds_run * per_round * model_bytes},
       {"bytes_formula",
        fmt::format("down = rounds x participants x 4 (N + B) = {} x {} x 4 x {}; up = completed x "
                    "4 (N + B) = {} x 4 x {}",
-                   f.rounds, per_round, values, completed_total, values)},
+                   rounds_run, per_round, values, completed_total, values)},
       {"completed_clients", completed_total},
       {"failed_clients", failed_total},
       {"rounds_to_accuracy", rounds_to},
@@ -382,7 +402,7 @@ RunSummary FederatedRun::run() {
       {"round_test_accuracy", round_accuracy},
       {"rank_bytes_sent", rank_bytes},
       {"rank_bytes_note",
-       fmt::format("the simulation's own traffic from rank 0: one f64 allreduce of N + B + 7 = {} "
+       fmt::format("the simulation's own traffic from rank 0: one f64 allreduce of N + B + 8 = {} "
                    "values per round and evaluation sums",
                    average.reduced_values())}};
   if (writer) {
@@ -398,7 +418,7 @@ RunSummary FederatedRun::run() {
     progress.message(fmt::format(
         "done: test accuracy {:.2f}% (best {:.2f}%) after {} rounds, {:.1f} MB down + {:.1f} MB "
         "up, {} clients dropped;{} summary in {}",
-        100.0 * summary.final_test_accuracy, 100.0 * best_accuracy, f.rounds,
+        100.0 * summary.final_test_accuracy, 100.0 * best_accuracy, rounds_run,
         static_cast<double>(bytes_down) / 1e6, static_cast<double>(bytes_up) / 1e6, failed_total,
         reached.empty() ? std::string(" no targets;") : reached + ";",
         (dir / "summary.json").string()));

@@ -19,13 +19,14 @@
 //   up    c x 4 (N + B) bytes       each completed participant's model back (c = m - failed)
 // summed over the rounds, and the rounds and bytes (down + up) until each of
 // train.accuracy_targets is first reached (summary.json "parallel"). The simulation's own traffic
-// between ranks is measured too (the allreduce of the f64 sums: 8 (N + B + 7) values per round).
+// between ranks is measured too (the allreduce of the f64 sums: 8 (N + B + 8) bytes per round).
 //
 // The run folder: resolved.toml; partition.json (the partition's name, each client's sample count
 // and label histogram); metrics.jsonl, one {"kind":"round"} record per round (participants,
 // completed, failed, bytes down/up with the formula's figures, train loss and accuracy of the
-// local epochs, test loss and accuracy of w_g, seconds); summary.json (epochs = rounds). No
-// checkpoints: a federated run is not resumed (--resume is refused), and a stop signal ends it.
+// local epochs, test loss and accuracy of w_g, seconds); summary.json (epochs = rounds run). No
+// checkpoints: a federated run is not resumed (--resume is refused); a stop signal (SIGTERM,
+// SIGINT) ends it after the current round on every rank, with summary.json's stopped_by_signal.
 //
 // Keys: [federated] (clients, client_fraction, local_epochs, rounds, partition, fedprox_mu,
 // client_failure), train.batch_size (B, the local batch), train.seed (partition, sampling, local

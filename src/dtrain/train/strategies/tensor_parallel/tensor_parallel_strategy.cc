@@ -31,9 +31,17 @@ TensorParallel::TensorParallel(const StrategyContext& context)
       comm_(required_communicator(context, "tensor_parallel")),
       group_(comm_, group_options(context.config)) {
   const nn::ModelSpec spec = unsplit_spec(context_);
-  split_ = nn::build_gpt_tensor_parallel(spec, group_);
-  d_model_ = spec.d_model;
-  layers_ = spec.layers;
+  const std::string& style = context_.config.tensor_parallel.style;
+  if (spec.name == "gpt" && (style == "auto" || style == "megatron")) {
+    split_ = nn::build_gpt_tensor_parallel(spec, group_);
+  } else if (spec.name == "mlp" && (style == "auto" || style == "allgather")) {
+    split_ = nn::build_mlp_tensor_parallel(spec, group_);
+  } else {
+    throw ConfigError(fmt::format(
+        "tensor_parallel.style = \"{}\" does not split model.name = \"{}\": megatron splits "
+        "\"gpt\", allgather splits \"mlp\" (auto picks the one that fits)",
+        style, spec.name));
+  }
   const nn::ParamStore& full = context_.model.store();
   nn::ParamStore& local = split_.model->store();
   if (local.param_entries().size() != full.param_entries().size()) {
@@ -100,16 +108,14 @@ std::unique_ptr<data::SharePlan> TensorParallel::share_plan(std::int64_t train_s
                                                  1, context_.config.train.accumulate_steps);
 }
 
-double TensorParallel::predicted_step_bytes(std::int64_t tokens) const {
-  const double p = comm_.size();
-  return 4.0 * static_cast<double>(layers_) * 2.0 * (p - 1.0) / p * 4.0 *
-         static_cast<double>(tokens) * static_cast<double>(d_model_);
+double TensorParallel::predicted_step_bytes(std::int64_t samples) const {
+  return split_.bytes_per_sample * static_cast<double>(samples);
 }
 
 StepResult TensorParallel::step(const StepInput& input, optim::Optimizer& optimizer) {
   using Clock = TraceRecorder::Clock;
   whole_model_current_ = false;
-  const comm::OpStats before = comm_.stats().get("allreduce");
+  const comm::OpStats before = collective_stats();
   const auto start = Clock::now();
   const LocalGradients::Result result =
       local_->compute(input.x, input.labels, input.step, static_cast<double>(input.global_count));
@@ -121,16 +127,16 @@ StepResult TensorParallel::step(const StepInput& input, optim::Optimizer& optimi
     context_.trace.add("optimizer", "compute", TraceRecorder::kComputeThread, update_start, end,
                        fmt::format(R"({{"step":{}}})", input.step));
   }
-  const comm::OpStats after = comm_.stats().get("allreduce");
-  const double allreduce_seconds = after.seconds - before.seconds;
+  const comm::OpStats after = collective_stats();
+  const double collective_seconds = after.seconds - before.seconds;
   step_bytes_sent_ += after.bytes_sent - before.bytes_sent;
-  step_allreduces_ += after.calls - before.calls;
-  step_bytes_predicted_ += predicted_step_bytes(input.x.numel());  // x: (B, T) token ids
+  step_collectives_ += after.calls - before.calls;
+  step_bytes_predicted_ += predicted_step_bytes(input.x.dim(0));
   ++steps_;
   if (steps_ > 1) {
     ++measured_steps_;
     step_seconds_ += std::chrono::duration<double>(end - start).count();
-    allreduce_seconds_ += allreduce_seconds;
+    collective_seconds_ += collective_seconds;
   }
   StepResult out;
   if (comm_.rank() == 0) {
@@ -138,9 +144,20 @@ StepResult TensorParallel::step(const StepInput& input, optim::Optimizer& optimi
     out.correct = result.correct;
   }
   // The allreduces sit between layers: nothing overlaps them, so their time is waiting.
-  out.comm = allreduce_seconds;
-  out.waiting = allreduce_seconds;
+  out.comm = collective_seconds;
+  out.waiting = collective_seconds;
   return out;
+}
+
+comm::OpStats TensorParallel::collective_stats() const {
+  // The layers' f, g and all-gather calls; the gathers of evaluation and checkpoints run outside
+  // the step and are not counted in its bytes.
+  comm::OpStats sum = comm_.stats().get("allreduce");
+  const comm::OpStats gathers = comm_.stats().get("allgather");
+  sum.calls += gathers.calls;
+  sum.bytes_sent += gathers.bytes_sent;
+  sum.seconds += gathers.seconds;
+  return sum;
 }
 
 void TensorParallel::before_evaluation() {
@@ -188,28 +205,24 @@ void TensorParallel::restore_state(std::vector<optim::StateTensor> state,
 }
 
 std::vector<std::string> TensorParallel::describe() const {
-  const int p = comm_.size();
-  const nn::ModelSpec spec = unsplit_spec(context_);
-  const std::int64_t tokens = context_.config.train.batch_size * spec.block;
+  const std::int64_t batch = context_.config.train.batch_size;
   return {fmt::format(
-      "tensor_parallel: {} ranks, each with {}/{} heads and {}/{} MLP units of every block "
-      "(Megatron column/row-parallel; embedding, LayerNorms, head replicated): {} of {} "
-      "parameters per rank; per step 4 L = {} allreduces of B T d floats, bytes sent per rank "
-      "4 L x 2 (P-1)/P x 4 B T d = {:.1f} MB at B T = {} tokens",
-      p, spec.heads / p, spec.heads, 4 * spec.d_model / p, 4 * spec.d_model,
-      split_.model->store().num_params(), context_.model.store().num_params(), 4 * layers_,
-      predicted_step_bytes(tokens) / 1e6, tokens)};
+      "tensor_parallel: {} ranks, {}: {} of {} parameters per rank; per step {} = {} "
+      "collectives, bytes sent per rank {} = {:.2f} MB at B = {}",
+      comm_.size(), split_.description, split_.model->store().num_params(),
+      context_.model.store().num_params(), split_.collectives_formula, split_.collectives_per_step,
+      split_.bytes_formula, predicted_step_bytes(batch) / 1e6, batch)};
 }
 
 nlohmann::json TensorParallel::summary(const RunTotalsView& totals) {
   const int p = comm_.size();
   constexpr int kFields = 6;
   std::vector<double> mine{step_seconds_,
-                           allreduce_seconds_,
+                           collective_seconds_,
                            static_cast<double>(measured_steps_),
                            static_cast<double>(step_bytes_sent_),
                            step_bytes_predicted_,
-                           static_cast<double>(step_allreduces_)};
+                           static_cast<double>(step_collectives_)};
   std::vector<double> all(static_cast<std::size_t>(kFields * p));
   comm_.allgather(mine.data(), all.data(), kFields, DType::kF64);
   nlohmann::json per_tp_rank = nlohmann::json::array();
@@ -218,28 +231,26 @@ nlohmann::json TensorParallel::summary(const RunTotalsView& totals) {
     per_tp_rank.push_back({{"rank", r},
                            {"measured_steps", row[2]},
                            {"step_seconds_mean", row[2] > 0 ? row[0] / row[2] : 0.0},
-                           {"allreduce_seconds_mean", row[2] > 0 ? row[1] / row[2] : 0.0},
-                           {"step_allreduce_bytes_sent", row[3]},
-                           {"step_allreduce_bytes_predicted", row[4]}});
+                           {"collective_seconds_mean", row[2] > 0 ? row[1] / row[2] : 0.0},
+                           {"step_bytes_sent", row[3]},
+                           {"step_bytes_predicted", row[4]}});
   }
   const double steps = static_cast<double>(std::max<std::int64_t>(steps_, 1));
   return {{"strategy", name()},
           {"ranks", p},
           {"transport", std::string(comm_.transport().name())},
           {"allreduce", context_.config.parallel.allreduce},
-          {"split",
-           "megatron: attention by heads (qkv column-, proj row-parallel), MLP by hidden "
-           "units (fc column-, out row-parallel); embedding, LayerNorms, head replicated"},
+          {"style", context_.config.tensor_parallel.style},
+          {"split", split_.description},
           {"parameters_per_rank", split_.model->store().num_params()},
-          {"parameters_per_rank_formula", "V d + block d + 2 d + L (12 d^2 / P + 7 d / P + 6 d)"},
+          {"parameters_per_rank_formula", split_.parameters_formula},
           {"parameters_whole_model", context_.model.store().num_params()},
-          {"allreduces_per_step", static_cast<double>(step_allreduces_) / steps},
-          {"allreduces_per_step_formula", "4 L"},
+          {"collectives_per_step", static_cast<double>(step_collectives_) / steps},
+          {"collectives_per_step_predicted", split_.collectives_per_step},
+          {"collectives_per_step_formula", split_.collectives_formula},
           {"bytes_sent_per_step_per_rank", static_cast<double>(step_bytes_sent_) / steps},
           {"bytes_sent_per_step_per_rank_predicted", step_bytes_predicted_ / steps},
-          {"bytes_formula",
-           "4 L x 2 (P-1)/P x 4 B T d (ring allreduce: seed 003's 2 (P-1)/P B d_i "
-           "per allreduce, 4 bytes a float)"},
+          {"bytes_formula", split_.bytes_formula},
           {"per_tensor_parallel_rank", per_tp_rank},
           {"per_rank", totals.per_rank_rows()}};
 }

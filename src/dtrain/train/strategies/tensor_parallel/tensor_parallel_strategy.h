@@ -1,6 +1,10 @@
 // TensorParallel: tensor (operator) parallelism, Megatron-LM's (Shoeybi et al. 2019), over
 // parallel.workers = P ranks that form one tensor-parallel group.
 //
+// Two splits (tensor_parallel.style): megatron for the GPT (below) and seed 003's all-gather form
+// for the MLP (nn/model_mlp_tensor_parallel.h: each Linear's outputs split, activations
+// all-gathered, their gradients all-reduced); everything else here holds for both.
+//
 // What it computes. Every rank builds the whole GPT (same seed, the Trainer's model) and, from it,
 // its part of the split model (nn/model_gpt_tensor_parallel.h): each transformer block's attention
 // split by heads (qkv column-parallel, proj row-parallel), its MLP by hidden units (fc column-
@@ -20,7 +24,7 @@
 // and checkpoint run unchanged; the optimizer state is gathered into one worker's layout the same
 // way, so a checkpoint resumes on any rank count that divides the heads, or on one worker.
 //
-// Cost per step and rank (ring allreduce, B T tokens, width d, L blocks): bytes sent
+// Cost per step and rank of the GPT (ring allreduce, B T tokens, width d, L blocks): bytes sent
 // 4 L x 2 (P-1)/P x 4 B T d (seed 003: twice (P-1)/P B d_i per allreduce); FLOPs 1/P of the
 // blocks' plus the replicated embedding, LayerNorms and head; parameters
 // V d + block d + 2 d + L (12 d^2 / P + 7 d / P + 6 d).
@@ -32,6 +36,7 @@
 #include <vector>
 
 #include "dtrain/nn/model_gpt_tensor_parallel.h"
+#include "dtrain/nn/model_mlp_tensor_parallel.h"
 #include "dtrain/parallel/comm_group.h"
 #include "dtrain/train/local_gradients.h"
 #include "dtrain/train/strategy.h"
@@ -63,8 +68,8 @@ class TensorParallel final : public Strategy {
 
   // The split model (tests compare it with one worker's).
   nn::Model& split_model() { return *split_.model; }
-  // The formula's bytes one rank sends for a step of `tokens` = B T tokens.
-  double predicted_step_bytes(std::int64_t tokens) const;
+  // The formula's bytes one rank sends in a step of `samples` samples.
+  double predicted_step_bytes(std::int64_t samples) const;
 
  private:
   // Writes every split tensor, whole, into `full` (the Trainer's flat layout), from `local` (the
@@ -72,21 +77,21 @@ class TensorParallel final : public Strategy {
   void gather_into(const float* local, float* full);
   // full (one worker's layout) -> local (this rank's parts).
   void slice_from(const float* full, float* local) const;
+  // The communicator's allreduce and all-gather counts, summed.
+  comm::OpStats collective_stats() const;
 
   comm::Communicator& comm_;
   parallel::CommGroup group_;
   nn::TensorParallelModel split_;
   std::unique_ptr<LocalGradients> local_;
-  std::int64_t d_model_ = 0;
-  std::int64_t layers_ = 0;
   std::vector<float> gather_buffer_;
   bool whole_model_current_ = true;  // false from a step until gather_into()
   // Measured from the second step on (the first touches every buffer for the first time).
   std::int64_t steps_ = 0, measured_steps_ = 0;
-  double step_seconds_ = 0.0, allreduce_seconds_ = 0.0;
+  double step_seconds_ = 0.0, collective_seconds_ = 0.0;
   std::int64_t step_bytes_sent_ = 0;  // the steps' allreduce bytes, all steps
   double step_bytes_predicted_ = 0.0;
-  std::int64_t step_allreduces_ = 0;
+  std::int64_t step_collectives_ = 0;
 };
 
 }  // namespace dtrain::train

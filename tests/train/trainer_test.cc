@@ -303,6 +303,33 @@ TEST_F(TrainerTest, AFailedRunResumesFromItsMemoryCheckpointBitwise) {
   EXPECT_TRUE(fs::is_empty(dir("shm")));
 }
 
+// A memory file an earlier run of the same folder left behind (killed before it could delete it)
+// is deleted by a fresh run before its first save, so a failure of the new run never resumes
+// from the old run's state.
+TEST_F(TrainerTest, AFreshRunNeverResumesFromAnEarlierRunsMemoryFile) {
+  Config config = small_config();
+  config.train.epochs = 2;
+  config.train.memory_checkpoint_every_steps = 1;
+  config.train.memory_checkpoint_folder = dir("shm");
+  fs::create_directories(dir("shm"));
+  fs::create_directories(dir("run"));
+  {
+    Checkpoint stale;
+    stale.sampler_epoch = 1;
+    stale.sampler_position = 64;
+    stale.global_step = 15;
+    stale.seed = 5;
+    MemoryCheckpoint(dir("run"), dir("shm")).save(stale);
+  }
+  Config failing = config;
+  failing.parallel.inject_fault = "rank=0,step=1";  // before its first save
+  EXPECT_THROW(train(failing, dir("run")), Error);
+  EXPECT_FALSE(MemoryCheckpoint(dir("run"), dir("shm")).newest().has_value());
+  train(config, dir("run"), /*resume=*/true);
+  train(config, dir("full"));
+  EXPECT_EQ(final_params(dir("run"), 2), final_params(dir("full"), 2));
+}
+
 // In-process restarts (launch.cc): a rank thread that fails every 7 steps (2 ranks, memory
 // checkpoints every step) is restarted inside the process from the memory checkpoint each time;
 // the run ends bitwise equal to the uninterrupted one, with one line per restart in

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string_view>
 
 #include "dtrain/base/env.h"
 #include "dtrain/base/error.h"
@@ -134,6 +135,11 @@ RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
 // (freed heap memory is reused: base/allocator_tuning.h). Bad input (config, data, shapes,
 // checkpoints) and internal errors are not restarted: they would fail alike.
 bool restartable_in_process(const std::exception& e) {
+  // A diverged loss diverges again at the same step (the run is deterministic). Its Error reaches
+  // here as a CommError when a rank thread threw it (spawn_ranks keeps the message only).
+  if (std::string_view(e.what()).find("training diverged:") != std::string_view::npos) {
+    return false;
+  }
   if (dynamic_cast<const comm::CommError*>(&e) != nullptr) return true;
   return dynamic_cast<const Error*>(&e) != nullptr &&
          dynamic_cast<const ConfigError*>(&e) == nullptr &&
@@ -150,12 +156,20 @@ RunSummary with_in_process_restarts(
     const Config& config, const TrainerOptions& options,
     const std::function<RunSummary(const TrainerOptions&)>& attempt) {
   TrainerOptions current = options;
+  const fs::path summary = fs::path(options.run_dir) / "summary.json";
   for (std::int64_t restart = 0;; ++restart) {
     Stopwatch ran;
+    const auto attempt_start = fs::file_time_type::clock::now();
     try {
       return attempt(current);
     } catch (const std::exception& e) {
+      // A run that wrote its summary.json during this attempt had finished (a rank failed after
+      // rank 0's end): a restart would find nothing left to train, so the error stands.
+      std::error_code ec;
+      const bool finished =
+          fs::exists(summary, ec) && fs::last_write_time(summary, ec) >= attempt_start;
       if (restart >= config.train.in_process_restarts || !restartable_in_process(e) ||
+          !find_strategy(config.parallel.strategy).resumes || finished ||
           comm::detached_rank_threads() > 0 || stop_requested() != 0) {
         throw;
       }

@@ -249,6 +249,11 @@ VerifiedCheckpoint newest_checkpoint(const CheckpointDir& disk, const MemoryChec
     }
     return on_disk;
   } catch (const CheckpointError& e) {
+    if (!in_memory && memory != nullptr && memory->holds_any()) {
+      throw CheckpointError(fmt::format(
+          "{}; and no slot of the memory checkpoint {} verifies (see the warnings above)", e.what(),
+          memory->path()));
+    }
     if (!in_memory) throw;
     log::warn("{}; resuming from the memory checkpoint {}", e.what(), in_memory->path);
     return std::move(*in_memory);

@@ -74,7 +74,8 @@ std::vector<StrategyInfo> make_registry() {
       "federated averaging: each round a fraction of federated.clients simulated clients trains "
       "local epochs from the global model, which becomes their sample-weighted average (FedAvg, "
       "FedProx)",
-      "docs/FEDERATED.md", nullptr, nullptr, run_federated_rank, nullptr, /*pin_ranks=*/true});
+      "docs/FEDERATED.md", nullptr, nullptr, run_federated_rank, nullptr, /*pin_ranks=*/true,
+      /*takes_model_factory=*/false, /*resumes=*/false});
   registry.push_back(StrategyInfo{
       "tensor_parallel",
       "tensor (operator) parallelism: each GPT block's attention split by heads and its MLP by "

@@ -348,6 +348,9 @@ RunSummary Trainer::run() {
       drop_records_after((dir / "metrics.jsonl").string(), 0, 0);
     }
   }
+  // A fresh run never resumes from a memory file an earlier run of the same folder left (killed
+  // before it could delete it): gone before this run's first save.
+  if (!resume && writer && memory_tier != nullptr) memory_tier->remove();
   if (resume) {
     const auto [path, checkpoint] = newest_checkpoint(checkpoints, memory_tier);
     if (checkpoint.seed != seed) {

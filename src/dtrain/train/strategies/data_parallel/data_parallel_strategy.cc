@@ -218,9 +218,10 @@ StepResult DataParallel::step(const StepInput& input, optim::Optimizer& optimize
 std::vector<optim::StateTensor> DataParallel::checkpoint_state(const optim::Optimizer& optimizer) {
   std::vector<optim::StateTensor> state = optimizer.state();
   if (compressed_ != nullptr) {
-    // Each rank's residual is its own: every rank's, under "rank<r>/" (allgathered: every rank
-    // returns the same state).
-    for (optim::StateTensor& tensor : gather_per_rank(comm_, compressed_->state(), false)) {
+    // Each rank's residual is its own: every rank's, under "rank<r>/", gathered at rank 0, which
+    // writes checkpoints ((P-1) x the state's bytes into rank 0; compression and robust runs never
+    // shard, so no rank uses the state below).
+    for (optim::StateTensor& tensor : gather_per_rank(comm_, compressed_->state(), true)) {
       state.push_back(std::move(tensor));
     }
   }
@@ -228,7 +229,7 @@ std::vector<optim::StateTensor> DataParallel::checkpoint_state(const optim::Opti
     // Each rank's worker momentum is its own, as a residual is.
     const std::vector<optim::StateTensor> mine = {
         {"robust/worker_momentum", robust_reducer_->momentum()}};
-    for (optim::StateTensor& tensor : gather_per_rank(comm_, mine, false)) {
+    for (optim::StateTensor& tensor : gather_per_rank(comm_, mine, true)) {
       state.push_back(std::move(tensor));
     }
   }

@@ -174,6 +174,8 @@ std::vector<optim::StateTensor> TensorParallel::checkpoint_state(
   std::vector<optim::StateTensor> whole;
   const auto n = static_cast<std::size_t>(context_.model.store().num_params());
   for (const auto& tensor : optimizer.state()) {
+    // Every optimizer of optim/ keeps per-parameter state (SGD, LARS: velocity; Adam: 2 moments).
+    DTRAIN_CHECK_EQ(std::ssize(tensor.values), split_.model->store().num_params());
     std::vector<float> values(n);
     gather_into(tensor.values.data(), values.data());
     whole.push_back({tensor.name, std::move(values)});

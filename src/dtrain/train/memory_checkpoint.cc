@@ -65,7 +65,7 @@ bool header_belongs(const Header& header, const std::string& run_dir, std::size_
          header.slot_capacity > 0 && header.slot_capacity % kPage == 0 &&
          file_bytes == kHeaderBytes + 2 * header.slot_capacity &&
          std::string_view(header.run_dir, strnlen(header.run_dir, sizeof(header.run_dir))) ==
-             run_dir;
+             std::string_view(run_dir).substr(0, sizeof(header.run_dir) - 1);  // as stored
 }
 
 // Order of checkpoints, as CheckpointDir names them: epoch, then inside an epoch, then step.

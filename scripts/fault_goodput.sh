@@ -113,8 +113,9 @@ fi
 python3 - "$OUT" <<'PY'
 import json, struct, sys
 out = sys.argv[1]
-print("steps lost per restart (at least):",
-      [json.loads(l).get("steps_lost_at_least") for l in open(out + "/f/restarts.jsonl")])
+lost = [json.loads(l).get("steps_lost_at_least") for l in open(out + "/f/restarts.jsonl")]
+if any(n is not None for n in lost):  # the supervisor's records (in-process ones do not count)
+    print("steps lost per restart (at least):", lost)
 def params(path):  # checkpoint.h's layout
     b = open(path, "rb").read(); at = [72]
     def take(fmt):

@@ -18,7 +18,7 @@ bool ends_with(const std::string& text, const std::string& suffix) {
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The shard of a tensor of a ParallelTransformerBlock, by its name.
+// The shard of a tensor of a split block (make_parallel_transformer_block), by its name.
 ParamShard shard_by_name(const std::string& name) {
   if (ends_with(name, ".attn.qkv.weight") || ends_with(name, ".attn.qkv.bias")) {
     return {ShardKind::kRows, 3};
@@ -62,8 +62,8 @@ TensorParallelModel build_gpt_tensor_parallel(const ModelSpec& spec, GroupComm& 
   const std::string tied = embed->token_weight_name();
   model->add(std::move(embed));
   for (std::int64_t i = 1; i <= spec.layers; ++i) {
-    model->add(std::make_unique<ParallelTransformerBlock>(fmt::format("block{}", i), d, spec.heads,
-                                                          spec.block, group));
+    model->add(make_parallel_transformer_block(fmt::format("block{}", i), d, spec.heads, spec.block,
+                                               group));
   }
   model->add(std::make_unique<LayerNorm>("ln_f", d));
   model->add(std::make_unique<TiedOutputHead>("head", tied, d, spec.vocab));

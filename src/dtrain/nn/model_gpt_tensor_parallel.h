@@ -2,7 +2,7 @@
 // tensor-parallel group of P ranks, Megatron-LM's way:
 //
 //   embed        Embedding (V, d) + (block, d)          replicated
-//   block1..L    ParallelTransformerBlock                attention split by heads (H/P per rank),
+//   block1..L    TransformerBlock, split                 attention split by heads (H/P per rank),
 //                                                        MLP hidden units split (4d/P per rank)
 //   ln_f         LayerNorm(d)                            replicated
 //   head         TiedOutputHead (embed.token_weight)     replicated

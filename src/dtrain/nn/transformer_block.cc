@@ -22,14 +22,37 @@ TransformerBlock::TransformerBlock(std::string name, std::int64_t dim, std::int6
     : Layer(std::move(name)), dim_(dim), heads_(heads), block_(block) {
   const std::string& base = this->name();
   ln1_ = std::make_unique<LayerNorm>(base + ".ln1", dim);
-  attn_ = std::make_unique<CausalSelfAttention>(base + ".attn", dim, heads, block, sigma);
+  auto attention = std::make_unique<CausalSelfAttention>(base + ".attn", dim, heads, block, sigma);
+  whole_attention_ = attention.get();
+  attn_ = std::move(attention);
   ln2_ = std::make_unique<LayerNorm>(base + ".ln2", dim);
   fc_ = std::make_unique<Linear>(base + ".fc", dim, 4 * dim, InitKind::kNormal, sigma);
   gelu_ = std::make_unique<Activation>(base + ".gelu", ActivationKind::kGelu);
   out_ = std::make_unique<Linear>(base + ".out", 4 * dim, dim, InitKind::kNormal, sigma);
 }
 
+TransformerBlock::TransformerBlock(std::string name, std::int64_t dim, std::int64_t heads,
+                                   std::int64_t block, std::unique_ptr<Layer> attn,
+                                   std::unique_ptr<Layer> fc, std::unique_ptr<Layer> out, int split)
+    : Layer(std::move(name)),
+      dim_(dim),
+      heads_(heads),
+      block_(block),
+      split_(split),
+      attn_(std::move(attn)),
+      fc_(std::move(fc)),
+      out_(std::move(out)) {
+  const std::string& base = this->name();
+  ln1_ = std::make_unique<LayerNorm>(base + ".ln1", dim);
+  ln2_ = std::make_unique<LayerNorm>(base + ".ln2", dim);
+  gelu_ = std::make_unique<Activation>(base + ".gelu", ActivationKind::kGelu);
+}
+
 std::string TransformerBlock::describe() const {
+  if (split_ > 1) {
+    return fmt::format("TransformerBlock({}, {} heads, block {}, split over {} ranks)", dim_,
+                       heads_, block_, split_);
+  }
   return fmt::format("TransformerBlock({}, {} heads, block {})", dim_, heads_, block_);
 }
 
@@ -87,9 +110,10 @@ std::vector<Layer*> TransformerBlock::sublayers() {
 }
 
 std::unique_ptr<Layer> TransformerBlock::clone() const {
+  if (whole_attention_ == nullptr) return Layer::clone();  // a split block: no slots
   // sigma does not matter: a replica shares the parameters and is never init()ed.
   auto copy = std::make_unique<TransformerBlock>(name(), dim_, heads_, block_);
-  copy->attn_->set_tile(attn_->tile());
+  copy->whole_attention_->set_tile(whole_attention_->tile());
   return copy;
 }
 

@@ -31,8 +31,16 @@ class TransformerBlock : public Layer {
   // sigma: the standard deviation of every Linear weight's N(0, sigma^2) init; biases start at 0.
   TransformerBlock(std::string name, std::int64_t dim, std::int64_t heads, std::int64_t block,
                    float sigma = 0.02f);
+  // The same block around attention and MLP layers built elsewhere, each split over `split` ranks
+  // (tensor parallelism: parallel_transformer_block.h): attn maps (B, T, d) to (B, T, d), fc takes
+  // d to its hidden units (4d, or this rank's slice of them), out takes those back to d. The
+  // LayerNorms, the GELU and the residual adds are this block's, as in the unsplit one.
+  TransformerBlock(std::string name, std::int64_t dim, std::int64_t heads, std::int64_t block,
+                   std::unique_ptr<Layer> attn, std::unique_ptr<Layer> fc,
+                   std::unique_ptr<Layer> out, int split);
 
   std::string describe() const override;
+  // A replica for another micro-batch slot; the unsplit block only (Layer::clone otherwise).
   std::unique_ptr<Layer> clone() const override;
   // (B, T, d) with 1 <= T <= block -> (B, T, d).
   tensor::Shape output_shape(const tensor::Shape& input) const override;
@@ -46,15 +54,15 @@ class TransformerBlock : public Layer {
 
   // ln1, attn, ln2, fc, gelu, out (attn is itself composite: qkv, proj).
   std::vector<Layer*> sublayers() override;
-  CausalSelfAttention& attention() { return *attn_; }
 
  private:
   std::int64_t dim_;
   std::int64_t heads_;
   std::int64_t block_;
+  int split_ = 1;  // ranks the attention and MLP are split over
   std::unique_ptr<LayerNorm> ln1_, ln2_;
-  std::unique_ptr<CausalSelfAttention> attn_;
-  std::unique_ptr<Linear> fc_, out_;
+  std::unique_ptr<Layer> attn_, fc_, out_;
+  CausalSelfAttention* whole_attention_ = nullptr;  // attn_, when unsplit (clone copies its tile)
   std::unique_ptr<Activation> gelu_;
   tensor::Tensor h_;   // x + attn(ln1(x)), (B, T, d)
   tensor::Tensor y_;   // h + mlp(ln2(h)), (B, T, d)

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,35 @@ class ParallelTrainingTest : public ::testing::Test {
     c.train.seed = 3;
     c.train.log_every = 5;
     c.train.checkpoint_every = 0;
+    c.optim.lr = 0.05;
+    c.optim.momentum = 0.9;
+    c.parallel.trace_steps = 0;
+    return c;
+  }
+
+  // A 2-block GPT of width `dim` with `heads` heads on a small generated text file, "line i of the
+  // <corpus> corpus: ..." (64 windows of 8 bytes: 4 steps of 16 per epoch), 2 epochs, SGD 0.05 /
+  // 0.9; the caller sets the seed, checkpoints and strategy.
+  Config small_gpt_config(const std::string& corpus, std::int64_t heads, std::int64_t dim) const {
+    const std::string path = (root_ / "corpus.txt").string();
+    {
+      std::ofstream out(path);
+      for (int i = 0; i < 200; ++i) {
+        out << fmt::format("line {} of the {} corpus: the quick brown fox {}.\n", i, corpus, i * 7);
+      }
+    }
+    Config c;
+    c.data.dataset = "text";
+    c.data.path = path;
+    c.data.block = 8;
+    c.data.text_windows = 64;
+    c.data.text_test_windows = 16;
+    c.model.name = "gpt";
+    c.model.gpt_layers = 2;
+    c.model.gpt_heads = heads;
+    c.model.gpt_dim = dim;
+    c.train.epochs = 2;
+    c.train.batch_size = 16;
     c.optim.lr = 0.05;
     c.optim.momentum = 0.9;
     c.parallel.trace_steps = 0;

@@ -33,33 +33,11 @@ class PipelineTest : public testing::ParallelTrainingTest {
     return c;
   }
 
-  // A 2-block GPT of width 16 on a small generated text file (64 windows of 8 bytes: 4 steps of
-  // 16 per epoch).
+  // small_gpt_config's GPT, 2 heads of width 16.
   Config gpt(int micro_batches, const char* schedule) {
-    const std::string path = (root_ / "corpus.txt").string();
-    {
-      std::ofstream out(path);
-      for (int i = 0; i < 200; ++i) {
-        out << fmt::format("line {} of the pipeline corpus: the quick brown fox {}.\n", i, i * 7);
-      }
-    }
-    Config c;
-    c.data.dataset = "text";
-    c.data.path = path;
-    c.data.block = 8;
-    c.data.text_windows = 64;
-    c.data.text_test_windows = 16;
-    c.model.name = "gpt";
-    c.model.gpt_layers = 2;
-    c.model.gpt_heads = 2;
-    c.model.gpt_dim = 16;
-    c.train.epochs = 2;
-    c.train.batch_size = 16;
+    Config c = small_gpt_config("pipeline", 2, 16);
     c.train.seed = 5;
     c.train.checkpoint_every = 0;
-    c.optim.lr = 0.05;
-    c.optim.momentum = 0.9;
-    c.parallel.trace_steps = 0;
     c.parallel.strategy = "pipeline";
     c.pipeline.micro_batches = micro_batches;
     c.pipeline.schedule = schedule;

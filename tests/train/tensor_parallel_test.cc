@@ -22,39 +22,17 @@ namespace {
 
 class TensorParallelTest : public testing::ParallelTrainingTest {
  public:
-  // A 2-block GPT of width d with `heads` heads on a small generated text file (64 windows of 8
-  // bytes: 4 steps of 16 per epoch).
+  // small_gpt_config's GPT, with AdamW when `adamw`.
   Config gpt(std::int64_t heads, std::int64_t d, bool adamw) {
-    const std::string path = (root_ / "corpus.txt").string();
-    {
-      std::ofstream out(path);
-      for (int i = 0; i < 200; ++i) {
-        out << fmt::format("line {} of the tensor corpus: the quick brown fox {}.\n", i, i * 7);
-      }
-    }
-    Config c;
-    c.data.dataset = "text";
-    c.data.path = path;
-    c.data.block = 8;
-    c.data.text_windows = 64;
-    c.data.text_test_windows = 16;
-    c.model.name = "gpt";
-    c.model.gpt_layers = 2;
-    c.model.gpt_heads = heads;
-    c.model.gpt_dim = d;
-    c.train.epochs = 2;
-    c.train.batch_size = 16;
+    Config c = small_gpt_config("tensor", heads, d);
     c.train.seed = 3;
     c.train.checkpoint_every = 1;
-    c.optim.lr = 0.05;
-    c.optim.momentum = 0.9;
     if (adamw) {
       c.optim.name = "adamw";
       c.optim.momentum = 0.0;
       c.optim.lr = 0.003;
       c.optim.weight_decay = 0.1;
     }
-    c.parallel.trace_steps = 0;
     c.parallel.allreduce = "ring";
     c.parallel.strategy = "tensor_parallel";
     return c;

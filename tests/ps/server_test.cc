@@ -267,6 +267,55 @@ TEST(ParameterServer, BspTimesOutNamingTheWorkerThatNeverPushed) {
   }
 }
 
+// Before the deadline, the stall threshold: the server names the step and the worker it waits
+// for, the waiting worker names its op, step and the server's rank; the run still fails at the
+// deadline (the warnings do not end the waits).
+TEST(ParameterServer, BspStallWarnsNamingTheMissingWorkerBeforeTheDeadline) {
+  constexpr std::int64_t kKeys = 8;
+  auto options = sgd_options(Consistency::kBsp, kKeys);
+  options.timeout = std::chrono::milliseconds(800);
+  options.stall_warning = std::chrono::milliseconds(150);
+  ::testing::internal::CaptureStderr();
+  std::string error;
+  try {
+    run_ps(2, 1, kKeys, options, [&](Client& client, int worker) {
+      client.set_stall_warning(std::chrono::milliseconds(150));
+      std::vector<float> g(kKeys, 1.0f);
+      std::vector<float> x(kKeys);
+      if (worker == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+      client.push({0, kKeys}, g.data(), {0, 1, 2, 0.1}, x.data());
+      client.stop();
+    });
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(error, ::testing::HasSubstr("worker(s) 1 (rank 1)"));
+  EXPECT_THAT(log, ::testing::HasSubstr("stall: ps server 0 has waited"));
+  EXPECT_THAT(log, ::testing::HasSubstr("in bsp step 0 for the gradients of worker(s) 1 (rank 1)"));
+  EXPECT_THAT(log, ::testing::HasSubstr("stall: ps worker (rank 0) has waited"));
+  EXPECT_THAT(log, ::testing::HasSubstr("in ps push of step 0 for a message from rank 2"));
+}
+
+TEST(ParameterServer, AsyncWarnsAboutASilentWorkerAndGoesOn) {
+  constexpr std::int64_t kKeys = 8;
+  auto options = sgd_options(Consistency::kAsync, kKeys);
+  options.stall_warning = std::chrono::milliseconds(100);
+  ::testing::internal::CaptureStderr();
+  const PsRun run = run_ps(2, 1, kKeys, options, [&](Client& client, int worker) {
+    std::vector<float> g(kKeys, 1.0f);
+    client.push({0, kKeys}, g.data(), {0, 1, 2, 0.1});
+    if (worker == 1) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    client.push({0, kKeys}, g.data(), {1, 1, 2, 0.1});
+    client.stop();
+  });
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(log,
+              ::testing::HasSubstr("stall: ps server 0 has heard nothing from worker 1 (rank 1)"));
+  EXPECT_EQ(log.find("stall:"), log.rfind("stall:")) << "one warning per silence: " << log;
+  EXPECT_EQ(run.stats[0].version, 4);
+}
+
 // Checkpoints: get_state returns the servers' optimizer state in the layout of one optimizer over
 // every key, whatever the server count, and set_state loads such a state into any server count, so
 // that training continues exactly as one optimizer would have.

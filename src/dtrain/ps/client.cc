@@ -6,9 +6,12 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <optional>
+#include <string>
 
 #include "dtrain/base/error.h"
 #include "dtrain/comm/comm_error.h"
+#include "dtrain/comm/stall_watch.h"
 
 namespace dtrain::ps {
 namespace {
@@ -117,7 +120,22 @@ std::vector<ShardPiece> Client::all_servers() const {
 std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& pieces,
                                           KeyRange range, const float* send, float* receive,
                                           const RequestHeader& base) {
-  const auto deadline = Clock::now() + timeout_;
+  const auto start = Clock::now();
+  const auto deadline = start + timeout_;
+  // One stall warning per exchange, for its first request still unanswered at the threshold.
+  std::optional<comm::StallWatch> watch;
+  const std::string label = fmt::format("ps worker (rank {})", transport_.rank());
+  if (stall_warning_.count() > 0 && stall_warning_ < timeout_) {
+    watch.emplace();
+    watch->start = start;
+    watch->at = start + stall_warning_;
+    watch->timeout = timeout_;
+    watch->label = label;
+    watch->what = [op, clock = base.clock] {
+      return fmt::format("ps {} of step {}", op_name(op), clock);
+    };
+  }
+  comm::StallWatch* const stall = watch ? &*watch : nullptr;
   std::vector<std::unique_ptr<comm::Request>> sends;
   std::vector<std::unique_ptr<comm::Request>> receives;
   for (const ShardPiece& piece : pieces) {
@@ -142,7 +160,9 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
     std::memcpy(request.data(), &header, sizeof header);
     receives.push_back(
         transport_.irecv(server_ranks_[s], kReplyTag, replies_[s].data(), replies_[s].size()));
+    receives.back()->describe_as(server_ranks_[s], false, replies_[s].size());
     sends.push_back(transport_.isend(server_ranks_[s], kRequestTag, request.data(), bytes));
+    sends.back()->describe_as(server_ranks_[s], true, bytes);
     bytes_sent_ += static_cast<std::int64_t>(bytes);
   }
   std::vector<ReplyHeader> headers;
@@ -150,8 +170,8 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     const auto s = static_cast<std::size_t>(pieces[i].server);
     try {
-      sends[i]->wait(deadline);
-      receives[i]->wait(deadline);
+      comm::wait_watched(*sends[i], deadline, stall);
+      comm::wait_watched(*receives[i], deadline, stall);
     } catch (const comm::CommError& e) {
       throw comm::CommError(fmt::format("ps {} to server {} (rank {}): {}", op_name(op), s,
                                         server_ranks_[s], e.what()));

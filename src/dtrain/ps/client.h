@@ -75,6 +75,10 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   const ShardLayout& layout() const { return layout_; }
+  // A request still unanswered after `after` logs one stall warning naming the op, its step and
+  // the server's rank, then waits on to the timeout (comm/stall_watch.h). Zero (the default), or
+  // not below the timeout: none.
+  void set_stall_warning(std::chrono::milliseconds after) { stall_warning_ = after; }
   // Bytes this client has sent and received (headers included), for bytes-moved figures.
   std::int64_t bytes_sent() const { return bytes_sent_; }
   std::int64_t bytes_received() const { return bytes_received_; }
@@ -144,6 +148,7 @@ class Client {
   std::vector<float> sent_;  // error feedback: decode(payload) of one shard
   std::vector<int> server_ranks_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds stall_warning_{0};
   std::mutex mu_;  // one operation on the wire at a time
   std::vector<std::vector<std::byte>> requests_;
   std::vector<std::vector<std::byte>> replies_;

@@ -41,6 +41,7 @@ struct Server::Worker {
   Held held = Held::kNone;
   RequestHeader held_header;
   Clock::time_point last_heard;
+  bool stall_warned = false;  // since last heard (async / ssp)
 };
 
 Server::Server(comm::Transport& transport, int index, ShardLayout layout,
@@ -119,6 +120,7 @@ void Server::serve() {
       Worker& worker = workers_[w];
       if (worker.dead || !worker.receive || !receive_arrived(static_cast<int>(w))) continue;
       worker.last_heard = Clock::now();
+      worker.stall_warned = false;
       handle(static_cast<int>(w));
       post(worker);
       progress = true;
@@ -452,13 +454,30 @@ void Server::release_held() {
 }
 
 void Server::check_deadlines() {
+  const auto now = Clock::now();
+  const bool warns =
+      options_.stall_warning.count() > 0 && options_.stall_warning < options_.timeout;
   if (options_.consistency == Consistency::kBsp) {
-    if (step_contributions_ == 0 || Clock::now() - step_opened_ < options_.timeout) return;
+    if (step_contributions_ == 0) return;
+    const auto waited = now - step_opened_;
+    const bool warn =
+        warns && waited >= options_.stall_warning && stall_warned_step_ != stats_.version;
+    if (waited < options_.timeout && !warn) return;
     std::vector<std::string> missing;
     for (std::size_t w = 0; w < workers_.size(); ++w) {
       if (!workers_[w].pushed_this_step) {
         missing.push_back(fmt::format("{} (rank {})", w, workers_[w].rank));
       }
+    }
+    if (waited < options_.timeout) {
+      stall_warned_step_ = stats_.version;
+      log::warn(
+          "stall: ps server {} has waited {:.3g} s in bsp step {} for the gradients of worker(s) "
+          "{} ({} of {} arrived; the step fails at {:.3g} s)",
+          index_, seconds_since(step_opened_), stats_.version, fmt::join(missing, ", "),
+          step_contributions_, workers_.size(),
+          std::chrono::duration<double>(options_.timeout).count());
+      return;
     }
     fail(
         fmt::format("ps server {}: bsp step {} waited {:.1f} s for the gradients of worker(s) {}; "
@@ -470,7 +489,19 @@ void Server::check_deadlines() {
   for (std::size_t w = 0; w < workers_.size(); ++w) {
     Worker& worker = workers_[w];
     if (worker.stopped || worker.dead || worker.held != Worker::Held::kNone) continue;
-    if (Clock::now() - worker.last_heard < options_.worker_timeout) continue;
+    const auto silent = now - worker.last_heard;
+    if (silent < options_.worker_timeout) {
+      if (warns && options_.stall_warning < options_.worker_timeout && !worker.stall_warned &&
+          silent >= options_.stall_warning) {
+        worker.stall_warned = true;
+        log::warn(
+            "stall: ps server {} has heard nothing from worker {} (rank {}) for {:.3g} s (it is "
+            "counted dead at {:.3g} s)",
+            index_, w, worker.rank, seconds_since(worker.last_heard),
+            std::chrono::duration<double>(options_.worker_timeout).count());
+      }
+      continue;
+    }
     mark_dead(static_cast<int>(w),
               fmt::format("silent for {:.1f} s", seconds_since(worker.last_heard)));
   }

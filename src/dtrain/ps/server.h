@@ -56,6 +56,10 @@ struct ServerOptions {
   std::vector<optim::Segment> segments;
   std::chrono::milliseconds timeout{60000};
   std::chrono::milliseconds worker_timeout{60000};
+  // A bsp step still missing gradients, or a worker silent, this long logs one stall warning
+  // naming the step and the workers (their ranks) before the deadline fails or drops them. Zero,
+  // or not below the timeout: none.
+  std::chrono::milliseconds stall_warning{0};
   Compression compression;  // the workers' (Client's), the same
 };
 
@@ -127,6 +131,7 @@ class Server {
   std::int64_t step_batch_samples_ = 0;
   double step_lr_ = 0.0;
   std::chrono::steady_clock::time_point step_opened_{};
+  std::int64_t stall_warned_step_ = -1;  // bsp: the step whose stall warning has been logged
 };
 
 }  // namespace dtrain::ps

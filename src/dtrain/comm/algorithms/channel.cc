@@ -1,8 +1,5 @@
 #include "dtrain/comm/algorithms/channel.h"
 
-#include "dtrain/base/log.h"
-#include "dtrain/comm/comm_error.h"
-
 namespace dtrain::comm {
 
 Channel::Channel(Transport& transport, std::uint64_t tag, Deadline deadline,
@@ -35,30 +32,7 @@ std::unique_ptr<Request> Channel::irecv_reduce(int peer, void* data, std::int64_
   return request;
 }
 
-void Channel::wait(Request& request) {
-  if (watch_ == nullptr || watch_->warned || watch_->at >= deadline_) {
-    request.wait(deadline_);
-    return;
-  }
-  try {
-    request.wait(watch_->at);
-    return;
-  } catch (const CommTimeoutError&) {
-    // Past the stall threshold: say what this rank waits for, then wait on to the deadline.
-  }
-  watch_->warned = true;
-  const double waited =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - watch_->start).count();
-  const std::string peer =
-      request.peer() < 0 ? std::string("a peer")
-      : request.is_send()
-          ? fmt::format("rank {} to take a message ({} bytes)", request.peer(), request.bytes())
-          : fmt::format("a message from rank {} ({} bytes)", request.peer(), request.bytes());
-  log::warn("stall: {} has waited {:.3g} s in {} for {} (the call fails at {:.3g} s)",
-            watch_->label, waited, watch_->what ? watch_->what() : std::string("a call"), peer,
-            std::chrono::duration<double>(watch_->timeout).count());
-  request.wait(deadline_);
-}
+void Channel::wait(Request& request) { wait_watched(request, deadline_, watch_); }
 
 void Channel::wait_all(std::vector<std::unique_ptr<Request>>& requests) {
   for (auto& request : requests) wait(*request);

@@ -6,12 +6,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
-#include <string>
-#include <string_view>
 #include <vector>
 
+#include "dtrain/comm/stall_watch.h"
 #include "dtrain/comm/transport/transport.h"
 
 namespace dtrain::comm {
@@ -22,18 +20,6 @@ struct Traffic {
   std::int64_t bytes_received = 0;
   std::int64_t messages_sent = 0;
   std::int64_t messages_received = 0;
-};
-
-// The stall warning of one collective call, shared by the channels it uses: the first wait still
-// running at `at` logs one warning naming `label`, what() (the collective, its sequence number and
-// algorithm) and the peer, then waits on to the deadline.
-struct StallWatch {
-  std::chrono::steady_clock::time_point start;
-  std::chrono::steady_clock::time_point at;
-  std::chrono::milliseconds timeout{0};
-  std::string_view label;  // "rank 0", as the call's errors begin
-  std::function<std::string()> what;
-  bool warned = false;
 };
 
 class Channel {
@@ -60,7 +46,8 @@ class Channel {
   // transports that can read the sender's memory). Counted as a received message.
   std::unique_ptr<Request> irecv_reduce(int peer, void* data, std::int64_t count, DType dtype,
                                         ReduceOp op);
-  // Waits for `request` until the deadline; with a stall watch, logs its warning once first.
+  // Waits for `request` until the deadline; with a stall watch, logs its warning once first
+  // (the collective, its sequence number and algorithm, and the peer: stall_watch.h).
   void wait(Request& request);
   // Every wait of this channel warns through `watch` (null: none); it must outlive the channel.
   void set_stall_watch(StallWatch* watch) { watch_ = watch; }

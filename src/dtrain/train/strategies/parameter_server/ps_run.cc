@@ -93,6 +93,7 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
     }
     server.timeout = timeout;
     server.worker_timeout = timeout;
+    server.stall_warning = comm.options().stall_warning;
     server.compression = ps_compression(config);
     ps::Server(ps_comm->transport(), index, layout, worker_ranks, std::move(server)).serve();
   };
@@ -123,6 +124,7 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
   // Workers wait longer than servers: a server's verdict naming a missing worker arrives first.
   ps::Client client(ps_comm->transport(), layout, server_ranks, workers,
                     2 * timeout + std::chrono::seconds(5), ps_compression(config));
+  client.set_stall_warning(comm.options().stall_warning);
   TrainerOptions worker = options;
   worker.comm = worker_comm.get();
   worker.data = data;

@@ -316,6 +316,53 @@ TEST(ParameterServer, AsyncWarnsAboutASilentWorkerAndGoesOn) {
   EXPECT_EQ(run.stats[0].version, 4);
 }
 
+// Robust aggregation (bsp): each worker's gradient, rescaled to its own mean (B / its samples), is
+// a row; the rows are combined in worker order by the aggregator, after the attack replaced the
+// last f workers' rows. Checked against the definitions by hand on 2 servers.
+TEST(ParameterServer, BspRobustAggregationCombinesEachWorkersMeanGradient) {
+  constexpr std::int64_t kKeys = 5;
+  constexpr float kLr = 0.5f;
+  // Worker w's gradient of its own samples, and what it pushes: a share s_w / B of it.
+  const std::vector<std::vector<float>> own = {
+      {1, 2, 3, 4, 5}, {2, 2, 2, 2, 2}, {-1, 0, 7, 1, 0}, {9, 9, -9, 9, 9}};
+  const std::vector<std::int64_t> samples = {1, 2, 3, 2};  // B = 8
+  auto run = [&](const std::string& aggregator, const std::string& attack, int byzantine) {
+    auto options = sgd_options(Consistency::kBsp, kKeys);
+    options.aggregator = aggregator;
+    options.attack = attack;
+    options.byzantine = byzantine;
+    return joined(run_ps(4, 2, kKeys, options, [&](Client& client, int worker) {
+      const auto w = static_cast<std::size_t>(worker);
+      std::vector<float> pushed(own[w]);
+      for (float& g : pushed) g *= static_cast<float>(samples[w]) / 8.0f;
+      client.push({0, kKeys}, pushed.data(), {0, samples[w], 8, kLr});
+      client.stop();
+    }));
+  };
+  // Coordinate-wise median of 4 rows: the mean of the middle two.
+  const std::vector<float> median = run("median", "none", 0);
+  const std::vector<float> expected_median = {-0.75f, -1.0f, -1.25f, -1.5f, -1.75f};
+  for (std::int64_t i = 0; i < kKeys; ++i) {
+    EXPECT_FLOAT_EQ(median[static_cast<std::size_t>(i)],
+                    expected_median[static_cast<std::size_t>(i)])
+        << i;
+  }
+  // Sign flip on the last worker, then the plain mean of the rows.
+  const std::vector<float> flipped = run("mean", "signflip", 1);
+  for (std::int64_t i = 0; i < kKeys; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    const float mean = (own[0][k] + own[1][k] + own[2][k] - own[3][k]) / 4.0f;
+    EXPECT_FLOAT_EQ(flipped[k], -kLr * mean) << i;
+  }
+  // Krum needs n > 2f + 2: 4 workers with f = 1 do not; said with the numbers.
+  try {
+    run("krum", "none", 1);
+    FAIL() << "expected Krum to refuse";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("krum"));
+  }
+}
+
 // Checkpoints: get_state returns the servers' optimizer state in the layout of one optimizer over
 // every key, whatever the server count, and set_state loads such a state into any server count, so
 // that training continues exactly as one optimizer would have.

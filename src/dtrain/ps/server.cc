@@ -7,6 +7,7 @@
 #include <limits>
 #include <thread>
 
+#include "dtrain/aggregate/aggregator_spec.h"
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
 #include "dtrain/comm/comm_error.h"
@@ -85,6 +86,35 @@ Server::Server(comm::Transport& transport, int index, ShardLayout layout,
   pull_codec_ = compress::make_codec(options_.compression.pull);
   if (push_codec_ && options_.consistency != Consistency::kBsp) decoded_.resize(params_.size());
   if (pull_codec_) encoded_params_.resize(pull_codec_->encoded_bytes(shard_.size()));
+  const bool gradient_attack = options_.attack != "none" && options_.attack != "labelflip";
+  if (options_.aggregator != "mean" || gradient_attack) {
+    if (options_.consistency != Consistency::kBsp) {
+      throw ConfigError(fmt::format(
+          "robust aggregation (aggregator \"{}\", attack \"{}\") combines the gradients of one "
+          "step: it needs parameter_server.consistency = \"bsp\"",
+          options_.aggregator, options_.attack));
+    }
+    if (options_.byzantine < 0 || options_.byzantine >= workers) {
+      throw ConfigError(fmt::format(
+          "byzantine = {} attacking workers needs 0 <= f < W = {} workers (at least one honest)",
+          options_.byzantine, workers));
+    }
+    aggregator_ =
+        aggregate::parse_aggregator(options_.aggregator, options_.byzantine, options_.seed);
+    aggregator_->check_inputs(static_cast<int>(workers - options_.backup_workers));
+    if (gradient_attack) {
+      attack_ = aggregate::parse_attack(options_.attack, options_.seed);
+      if (options_.byzantine < 1) {
+        throw ConfigError(
+            fmt::format("attack \"{}\" needs byzantine >= 1 attacking workers (the last f), got 0",
+                        options_.attack));
+      }
+      if (attack_->name() == "alie") {
+        aggregate::alie_z(static_cast<int>(workers), options_.byzantine);
+      }
+    }
+    rows_.resize(static_cast<std::size_t>(workers) * params_.size());
+  }
   const std::size_t request_bytes =
       sizeof(RequestHeader) +
       std::max(static_cast<std::size_t>(shard_.size()) * sizeof(float),
@@ -303,8 +333,25 @@ void Server::push(int w, const RequestHeader& header, const std::byte* payload) 
                       index_, w, worker.rank, header.clock,
                       worker.pushed_this_step ? " a second time" : "", step));
     }
-    // Encoded: the step's sum is decode(first) + decode(second) + ..., in arrival order.
-    if (step_contributions_ == 0) {
+    if (aggregator_) {
+      // Robust: this worker's own mean gradient, in its row.
+      float* row = rows_.data() + static_cast<std::size_t>(w) * n;
+      if (encoded) {
+        push_codec_->decode(codes, shard_.size(), row, header.seed);
+      } else {
+        std::copy_n(values, n, row);
+      }
+      if (header.samples > 0 && header.batch_samples > 0) {
+        const auto scale = static_cast<float>(static_cast<double>(header.batch_samples) /
+                                              static_cast<double>(header.samples));
+        for (std::size_t i = 0; i < n; ++i) row[i] *= scale;
+      }
+      if (step_contributions_ == 0) {
+        step_opened_ = Clock::now();
+        step_samples_ = 0;
+      }
+    } else if (step_contributions_ == 0) {
+      // Encoded: the step's sum is decode(first) + decode(second) + ..., in arrival order.
       if (encoded) {
         push_codec_->decode(codes, shard_.size(), step_sum_.data(), header.seed);
       } else {
@@ -413,11 +460,13 @@ void Server::reply_error(int w, const std::string& message) {
 }
 
 void Server::complete_bsp_step() {
-  // Gradients arrive scaled so that all of them sum to the batch's mean gradient; with some dropped
-  // (backup workers), the sum covers step_samples_ of step_batch_samples_ samples.
-  if (step_samples_ > 0 && step_batch_samples_ > 0 && step_samples_ != step_batch_samples_) {
+  if (aggregator_) {
+    aggregate_rows();
+  } else if (step_samples_ > 0 && step_batch_samples_ > 0 && step_samples_ != step_batch_samples_) {
     const float scale = static_cast<float>(static_cast<double>(step_batch_samples_) /
                                            static_cast<double>(step_samples_));
+    // Gradients arrive scaled so that all of them sum to the batch's mean gradient; with some
+    // dropped (backup workers), the sum covers step_samples_ of step_batch_samples_ samples.
     for (float& g : step_sum_) g *= scale;
   }
   optimizer_->step(params_.data(), step_sum_.data(), step_lr_);
@@ -433,6 +482,40 @@ void Server::complete_bsp_step() {
     reply_params(static_cast<int>(w), Status::kOk, worker.held_header,
                  (worker.held_header.flags & kWantParams) != 0);
   }
+}
+
+void Server::aggregate_rows() {
+  const auto n = static_cast<std::int64_t>(params_.size());
+  const auto row = [&](std::size_t w) { return rows_.data() + w * params_.size(); };
+  // The rows of the workers that pushed this step, in worker order (not arrival order), so that
+  // the aggregate does not depend on timing.
+  std::vector<std::size_t> in;
+  for (std::size_t w = 0; w < workers_.size(); ++w) {
+    if (workers_[w].pushed_this_step) in.push_back(w);
+  }
+  const std::size_t first_byzantine =
+      workers_.size() - static_cast<std::size_t>(options_.byzantine);
+  if (attack_) {
+    std::vector<const float*> honest;
+    for (std::size_t w : in) {
+      if (w < first_byzantine) honest.push_back(row(w));
+    }
+    aggregate::AttackInput input;
+    input.honest = honest;
+    input.workers = static_cast<int>(workers_.size());
+    input.byzantine = options_.byzantine;
+    input.step = static_cast<std::uint64_t>(stats_.version);
+    for (std::size_t w : in) {
+      if (w < first_byzantine) continue;
+      if (attack_->needs_honest() && honest.empty()) continue;  // nothing to imitate this step
+      input.own = row(w);
+      input.rank = static_cast<int>(w);
+      attack_->apply(input, n, row(w));
+    }
+  }
+  std::vector<const float*> inputs;
+  for (std::size_t w : in) inputs.push_back(row(w));
+  aggregator_->aggregate(inputs, n, step_sum_.data());
 }
 
 void Server::release_held() {

@@ -35,6 +35,8 @@
 #include <string_view>
 #include <vector>
 
+#include "dtrain/aggregate/aggregator.h"
+#include "dtrain/aggregate/attack.h"
 #include "dtrain/comm/transport/transport.h"
 #include "dtrain/compress/codec.h"
 #include "dtrain/optim/optimizer.h"
@@ -61,6 +63,15 @@ struct ServerOptions {
   // or not below the timeout: none.
   std::chrono::milliseconds stall_warning{0};
   Compression compression;  // the workers' (Client's), the same
+  // Robust aggregation (bsp only; docs/ROBUST.md): an aggregate/aggregator_spec.h spec other than
+  // "mean", or an aggregate/attack.h attack, keeps each worker's gradient of the step as a row
+  // (its own mean gradient: the push times B / its samples) and combines the rows in worker
+  // order; the last `byzantine` workers' rows are replaced by the attack (simulated here, with
+  // every honest row in view: ALIE and IPM are omniscient). Cost: W x shard floats of memory.
+  std::string aggregator = "mean";
+  std::string attack = "none";
+  int byzantine = 0;
+  std::uint64_t seed = 0;  // bucketing's shuffles and noise's stream
 };
 
 class Server {
@@ -91,6 +102,8 @@ class Server {
   // The gradient of an encoded push, decoded into decoded_.
   const float* decode_push(const RequestHeader& header, const std::byte* payload);
   void complete_bsp_step();
+  // Robust bsp: the step's rows (after the attack) aggregated into step_sum_.
+  void aggregate_rows();
   // Checkpoints: optimizer state vector `tensor` (packed by the optimizer's segments) laid out by
   // key over the shard, zero where no segment lies; get_state / set_state answer those requests.
   std::vector<float> state_by_key(const optim::StateTensor& tensor) const;
@@ -131,6 +144,11 @@ class Server {
   std::int64_t step_batch_samples_ = 0;
   double step_lr_ = 0.0;
   std::chrono::steady_clock::time_point step_opened_{};
+  // bsp with robust aggregation: worker w's gradient of the open step at rows_[w * shard],
+  // the aggregator, and the attack (null: none).
+  std::vector<float> rows_;
+  std::unique_ptr<aggregate::Aggregator> aggregator_;
+  std::unique_ptr<aggregate::Attack> attack_;
   std::int64_t stall_warned_step_ = -1;  // bsp: the step whose stall warning has been logged
 };
 

@@ -177,7 +177,21 @@ std::vector<std::string> ParameterServerWorker::describe() const {
                   ? fmt::format(", pull every {} steps", p.pull_every)
                   : "",
               p.backup_workers > 0 ? fmt::format(", {} backup worker(s)", p.backup_workers) : ""),
-          push_line(), pull_line()};
+          push_line(), pull_line(), aggregation_line()};
+}
+
+std::string ParameterServerWorker::aggregation_line() const {
+  const auto& dp = context_.config.data_parallel;
+  if (dp.aggregator == "mean" && dp.attack == "none") {
+    return "aggregation: the servers sum the workers' gradients (the mean of the batch)";
+  }
+  return fmt::format(
+      "aggregation: each server keeps the step's W = {} gradients as rows and combines them with "
+      "{}{} (W x shard floats per server)",
+      context_.world, dp.aggregator,
+      dp.attack == "none"
+          ? std::string()
+          : fmt::format("; the last {} worker(s) send {}", dp.byzantine, dp.attack));
 }
 
 std::string ParameterServerWorker::push_line() const {
@@ -217,6 +231,9 @@ nlohmann::json ParameterServerWorker::summary(const RunTotalsView& totals) {
   const auto per = [](std::int64_t bytes, std::int64_t count) {
     return count > 0 ? static_cast<double>(bytes) / static_cast<double>(count) : 0.0;
   };
+  out["aggregator"] = context_.config.data_parallel.aggregator;
+  out["attack"] = context_.config.data_parallel.attack;
+  out["byzantine"] = context_.config.data_parallel.byzantine;
   out["compression"] = c.push.text();
   out["error_feedback"] = c.pushes_encoded() && c.push.error_feedback;
   out["pull_compression"] = c.pull.text();

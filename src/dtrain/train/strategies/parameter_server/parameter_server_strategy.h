@@ -51,6 +51,8 @@ class ParameterServerWorker final : public Strategy {
   // The banner's lines on compression: what a push and a pull carry, beside the bytes' formula.
   std::string push_line() const;
   std::string pull_line() const;
+  // How the servers combine a step's gradients: the sum, or an aggregator (and the attack).
+  std::string aggregation_line() const;
   // Takes this worker's error-feedback residual out of a checkpoint's state (bsp checkpoints hold
   // every worker's, "rank<w>/compression/residual"); another worker count, or none saved (async,
   // ssp), restarts it at zero and worker 0 says so.

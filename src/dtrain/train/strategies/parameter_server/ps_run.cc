@@ -95,6 +95,12 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
     server.worker_timeout = timeout;
     server.stall_warning = comm.options().stall_warning;
     server.compression = ps_compression(config);
+    // Robust aggregation and attacks: the data_parallel keys (--aggregator, --attack,
+    // --byzantine) apply to the workers' pushes (bsp; docs/ROBUST.md).
+    server.aggregator = config.data_parallel.aggregator;
+    server.attack = config.data_parallel.attack;
+    server.byzantine = static_cast<int>(config.data_parallel.byzantine);
+    server.seed = config.train.seed;
     ps::Server(ps_comm->transport(), index, layout, worker_ranks, std::move(server)).serve();
   };
   if (!is_worker) {

@@ -9,6 +9,8 @@
 # MODE kill (default): kill -9 of the training process every 20 step-times, restarted by the
 # supervisor; MODE inject: the rank fails after every 20th step (parallel.inject_fault
 # "rank=0,every=20") and restarts inside the process (train.in_process_restarts).
+# MODE standby: as kill, with --warm-standby (the supervisor wakes a ready process instead of
+# starting one; the killer's `pgrep -x dtrain` does not see the standby, named dtrain-standby).
 # Usage: scripts/fault_goodput.sh [DISK_EVERY_STEPS=1] [MEMORY_EVERY_STEPS=0] [MODE=kill]
 #   (train.checkpoint_every_steps and train.memory_checkpoint_every_steps; build/dtrain must exist)
 set -u
@@ -17,6 +19,8 @@ D="$ROOT/build/dtrain"
 CK=${1:-1}
 MEM=${2:-0}
 MODE=${3:-kill}
+SUPERVISOR=(--max-restarts 100 --restart-backoff 0)
+[[ $MODE == standby ]] && SUPERVISOR+=(--warm-standby)
 OUT=$(mktemp -d)
 trap 'pkill -9 -f "$OUT" 2> /dev/null; rm -rf "$OUT"' EXIT
 cd "$ROOT"
@@ -45,7 +49,7 @@ else
 # Goodput: a kill -9 every 20 step-times and nothing else running (the watcher of the latency
 # pass below polls files, which costs a 2-core machine's training CPU while it restarts).
 start=$(date +%s.%N)
-"$D" train "${RUN[@]}" --out "$OUT/f" --max-restarts 100 --restart-backoff 0 2> "$OUT/f.err" &
+"$D" train "${RUN[@]}" --out "$OUT/f" "${SUPERVISOR[@]}" 2> "$OUT/f.err" &
 supervisor=$!
 # The killer runs beside the supervisor, so that the wall clock stops when the run ends (not
 # when the killer's sleep does).
@@ -65,7 +69,7 @@ echo "with failures: $wall s, $kills kills; goodput $(python3 -c "print(round($r
   "against the same run without failures, $(python3 -c "print(round($bare / $wall, 3))") against" \
   "the run without checkpoints"
 # Restart latency: 3 kills of another run, each followed by a watch for the first step after it.
-"$D" train "${RUN[@]}" --out "$OUT/l" --max-restarts 100 --restart-backoff 0 2> "$OUT/l.err" &
+"$D" train "${RUN[@]}" --out "$OUT/l" "${SUPERVISOR[@]}" 2> "$OUT/l.err" &
 supervisor=$!
 restarts=()
 while kill -0 "$supervisor" 2> /dev/null && [[ ${#restarts[@]} -lt 3 ]]; do

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/aggregate/aggregator_spec.h"
 #include "dtrain/aggregate/bucketing.h"
 #include "dtrain/aggregate/centered_clip.h"
 #include "dtrain/aggregate/krum.h"
@@ -304,6 +305,47 @@ TEST(AggregatorTest, BadShapesAreErrors) {
   std::vector<const float*> fine = {&x};
   EXPECT_THROW(mean.aggregate(fine, -1, &out), ShapeError);
   EXPECT_THROW(mean.aggregate(fine, 1, nullptr), ShapeError);
+}
+
+// A checkpoint's state: an aggregator given another's state() computes the next aggregate bit
+// for bit as that one does (centered clipping's centre, bucketing's shuffle count); the stateless
+// ones keep none.
+TEST(AggregatorStateTest, LoadedStateContinuesBitForBit) {
+  constexpr int kN = 6;
+  constexpr std::int64_t kD = 17;
+  Rng rng(7);
+  std::vector<std::vector<float>> calls(4, std::vector<float>(kN * kD));
+  for (auto& rows : calls) {
+    for (float& v : rows) v = static_cast<float>(rng.normal());
+  }
+  for (const char* spec : {"cclip:0.5", "bucket:2,cclip:0.5:2", "bucket:2,median"}) {
+    const auto first = parse_aggregator(spec, 1, 11);
+    std::vector<float> out(kD);
+    for (int call = 0; call < 3; ++call) first->aggregate(calls[call].data(), kN, kD, out.data());
+    const auto second = parse_aggregator(spec, 1, 11);
+    second->load_state(first->state());
+    std::vector<float> a(kD);
+    std::vector<float> b(kD);
+    first->aggregate(calls[3].data(), kN, kD, a.data());
+    second->aggregate(calls[3].data(), kN, kD, b.data());
+    EXPECT_EQ(a, b) << spec;
+    // A fresh one (no state) differs: the state is what carries over.
+    const auto fresh = parse_aggregator(spec, 1, 11);
+    std::vector<float> c(kD);
+    fresh->aggregate(calls[3].data(), kN, kD, c.data());
+    EXPECT_NE(a, c) << spec;
+  }
+  for (const char* spec : {"mean", "median", "trimmed:0.2", "krum"}) {
+    EXPECT_TRUE(parse_aggregator(spec, 1)->state().empty()) << spec;
+  }
+  EXPECT_THROW(parse_aggregator("median", 1)->load_state(std::vector<double>{1.0}), InternalError);
+  // What fits: a centre of d values (or none yet), behind bucketing's call count.
+  const std::vector<double> centre(kD, 0.5);
+  EXPECT_TRUE(parse_aggregator("cclip", 1)->state_fits(centre, kD));
+  EXPECT_FALSE(parse_aggregator("cclip", 1)->state_fits(centre, kD + 1));
+  EXPECT_FALSE(parse_aggregator("median", 1)->state_fits(centre, kD));
+  EXPECT_FALSE(parse_aggregator("bucket:2,cclip", 1)->state_fits(centre, kD));
+  EXPECT_TRUE(parse_aggregator("bucket:2,median", 1)->state_fits(std::vector<double>{3.0}, kD));
 }
 
 }  // namespace

@@ -128,6 +128,22 @@ expect_error collective-ranks 2 "ranks 100000 is not in \[1, 1024\]" -- \
 expect_error collective-memory 2 "more than this machine's .* GiB; give smaller --sizes" -- \
   bench collectives --op allreduce --ranks 2 --sizes 99999G
 expect_error gemm-threads 2 "--threads 0 is not >= 1" -- bench gemm --threads 0
+
+# Layer lists (docs/MODELS.md): kinds and parameters when the file is read, shapes when the model is
+# built from the data (under two workers too: still one line).
+layers_head='[model]\nname = "layers"\n[data]\ndataset = "synthetic"\nsynthetic_shape = [1, 8, 8]\n'
+printf "$layers_head"'[[model.layer]]\nkind = "dense"\n' > "$TMP/kind.toml"
+expect_error layer-unknown-kind 2 "model.layer\[0\] in .*kind.toml: unknown kind 'dense'; accepted kinds: linear, conv2d" -- \
+  train --config "$TMP/kind.toml" --out "$TMP/l1"
+printf "$layers_head"'[[model.layer]]\nkind = "flatten"\n[[model.layer]]\nkind = "linear"\nunits = 10\n' > "$TMP/param.toml"
+expect_error layer-unknown-parameter 2 "model.layer\[1\] \(linear\) in .*param.toml: unknown parameter 'units'; accepted parameters of linear: name, out_features" -- \
+  train --config "$TMP/param.toml" --out "$TMP/l2"
+printf "$layers_head"'[[model.layer]]\nkind = "linear"\nout_features = 32\n[[model.layer]]\nkind = "linear"\nout_features = "classes"\n' > "$TMP/misfit.toml"
+expect_error layer-misfit 2 "model.layer\[0\] \(linear\) takes \[B, features\] or \[B, T, features\], got \[B, 1, 8, 8\]; put a flatten before it" -- \
+  train --config "$TMP/misfit.toml" --workers 2 --out "$TMP/l3"
+printf "$layers_head"'[[model.layer]]\nkind = "flatten"\n[[model.layer]]\nkind = "linear"\nout_features = 12\n' > "$TMP/classes.toml"
+expect_error layer-classes 2 "model.layer\[1\] \(linear\), the last layer, gives \[B, 12\] but the loss needs \[B, 10\]" -- \
+  train --config "$TMP/classes.toml" --out "$TMP/l4"
 # Parameter-server keys under data_parallel: a warning, and the run goes on.
 "$DTRAIN" train --config "$quick" --epochs 1 --quiet --consistency ssp --out "$TMP/r8" 2> "$TMP/err"
 grep -q '\[parameter_server\] keys are ignored' "$TMP/err" ||

@@ -105,6 +105,31 @@ PY
 [[ -z "$(ls -A "$TMP/shm")" ]] || fail "a finished run left $(ls "$TMP/shm") in its memory folder"
 echo "ok: memory checkpoints: restarts resume from memory, bitwise equal, nothing left behind"
 
+# Warm standby (--warm-standby): once a standby waits (named dtrain-standby), kill -9 the running
+# child; the standby takes over (restarts.jsonl says so), the run ends bitwise equal, and no
+# standby outlives the supervisor.
+"$DTRAIN" train "${RUN[@]}" --workers 2 --out "$TMP/warm" --max-restarts 3 --restart-backoff 0 \
+  --warm-standby --set train.memory_checkpoint_every_steps=1 \
+  --set "train.memory_checkpoint_folder=\"$TMP/shm\"" 2> "$TMP/warm.err" &
+supervisor=$!
+standby=""
+while [[ -z "$standby" ]] && kill -0 "$supervisor" 2> /dev/null; do
+  standby=$(pgrep -x dtrain-standby -P "$supervisor" || true)
+  sleep 0.05
+done
+[[ -n "$standby" ]] || fail "no warm standby appeared before the run ended"
+kill -9 "$(pgrep -x dtrain -P "$supervisor")"
+wait "$supervisor" || { cat "$TMP/warm.err" >&2; fail "the run with a warm standby failed"; }
+python3 - "$TMP/warm/restarts.jsonl" "$standby" <<'PY' || fail "the standby did not take over"
+import json, sys
+log = [json.loads(l) for l in open(sys.argv[1])]
+assert len(log) == 1 and log[0]["warm_standby"] is True, log
+PY
+same_params "$TMP/ref/checkpoints/epoch-3.ckpt" "$TMP/warm/checkpoints/epoch-3.ckpt" ||
+  fail "the run the warm standby finished ends with other parameters than the uninterrupted one"
+[[ -z "$(pgrep -f -- "$TMP/warm" || true)" ]] || fail "a process of the run outlived its supervisor"
+echo "ok: warm standby: it takes over after kill -9 and ends bitwise equal; nothing left running"
+
 if command -v mpirun > /dev/null; then
   supervised_kills "$TMP/mpi" --mpirun "--oversubscribe --allow-run-as-root -np 2"
   echo "ok: kill -9 of one of 2 mpirun processes: the job restarts and ends bitwise equal"

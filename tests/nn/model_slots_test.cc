@@ -15,6 +15,7 @@
 #include "dtrain/nn/conv2d.h"
 #include "dtrain/nn/dropout.h"
 #include "dtrain/nn/flatten.h"
+#include "dtrain/nn/layer_list.h"
 #include "dtrain/nn/linear.h"
 #include "dtrain/nn/max_pool2d.h"
 #include "dtrain/nn/model_partition.h"
@@ -64,8 +65,34 @@ ModelSpec spec_for(const std::string& name) {
   return spec;
 }
 
+// A layer list with residual groups (layer_list.h): a projection group with a relu after the sum,
+// then a pre-norm group of layer norm and GELU with an identity shortcut.
+std::unique_ptr<Model> residual_group_model() {
+  const auto conv = [](std::int64_t out, std::int64_t kernel, std::int64_t stride) {
+    return LayerSpec{"conv2d",
+                     {{"out_channels", out},
+                      {"kernel", kernel},
+                      {"stride", stride},
+                      {"padding", (kernel - 1) / 2}},
+                     {},
+                     {}};
+  };
+  const LayerSpec bn{"batch_norm", {}, {}, {}};
+  const LayerList list = {
+      LayerSpec{"residual",
+                {{"activation", std::string("relu")}},
+                {conv(4, 3, 2), bn, LayerSpec{"relu", {}, {}, {}}, conv(4, 3, 1)},
+                {conv(4, 1, 2), bn}},
+      LayerSpec{"flatten", {}, {}, {}},
+      LayerSpec{
+          "residual", {}, {LayerSpec{"layer_norm", {}, {}, {}}, LayerSpec{"gelu", {}, {}, {}}}, {}},
+      LayerSpec{"linear", {{"out_features", std::string("classes")}}, {}, {}}};
+  return build_layer_list(list, LayerListInput{{1, 8, 8}, 5});
+}
+
 std::unique_ptr<Model> make(const std::string& name) {
   if (name == "every_kind") return every_kind_model();
+  if (name == "residual_group") return residual_group_model();
   return build_model(spec_for(name));
 }
 
@@ -160,7 +187,8 @@ TEST_P(SlotsTest, TwoSlotsEqualOneAfterTheOtherInEitherBackwardOrder) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryLayerKind, SlotsTest,
-                         ::testing::Values("every_kind", "mlp", "lenet5", "resnet", "gpt"));
+                         ::testing::Values("every_kind", "residual_group", "mlp", "lenet5",
+                                           "resnet", "gpt"));
 
 TEST(Slots, StagesInSlotsEqualTheWholeModel) {
   // Forwarding a model stage by stage (ranges) in a slot and backwarding stage by stage with the

@@ -316,6 +316,42 @@ TEST(ParameterServer, AsyncWarnsAboutASilentWorkerAndGoesOn) {
   EXPECT_EQ(run.stats[0].version, 4);
 }
 
+// async: a worker silent past the deadline is counted dead; when it comes back while the others
+// train on, its requests are refused with EvictedError (it stops), its stop is still answered,
+// and the run ends with the others' updates only.
+TEST(ParameterServer, AsyncEvictsAWorkerThatCameBackAfterItWasCountedDead) {
+  constexpr std::int64_t kKeys = 4;
+  auto options = sgd_options(Consistency::kAsync, kKeys);
+  options.timeout = std::chrono::milliseconds(300);
+  options.worker_timeout = std::chrono::milliseconds(300);
+  std::string evicted;
+  ::testing::internal::CaptureStderr();
+  const PsRun run = run_ps(2, 1, kKeys, options, [&](Client& client, int worker) {
+    std::vector<float> g(kKeys, 1.0f);
+    client.push({0, kKeys}, g.data(), {0, 1, 2, 0.1});
+    if (worker == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(900));  // silent past the deadline
+      try {
+        client.push({0, kKeys}, g.data(), {1, 1, 2, 0.1});
+      } catch (const EvictedError& e) {
+        evicted = e.what();
+      }
+    } else {
+      // Worker 0 trains on for longer than worker 1 sleeps.
+      for (int step = 1; step <= 60; ++step) {
+        client.push({0, kKeys}, g.data(), {step, 1, 2, 0.1});
+        std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      }
+    }
+    client.stop();
+  });
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(log, ::testing::HasSubstr("worker 1 (rank 1) silent for"));
+  EXPECT_THAT(evicted, ::testing::HasSubstr("worker 1 (rank 1) was counted dead"));
+  EXPECT_EQ(run.stats[0].version, 62) << "worker 0's 61 pushes and worker 1's first only";
+  EXPECT_EQ(run.stats[0].dead[1], 1);
+}
+
 // Robust aggregation (bsp): each worker's gradient, rescaled to its own mean (B / its samples), is
 // a row; the rows are combined in worker order by the aggregator, after the attack replaced the
 // last f workers' rows. Checked against the definitions by hand on 2 servers.

@@ -63,6 +63,21 @@ TEST_F(CompressionResumeTest, WorkerMomentumResumesBitwise) {
   EXPECT_EQ(allreduce_training(config, 3, run, /*resume=*/true), uninterrupted);
 }
 
+// Centered clipping's centre and bucketing's shuffle count are in the checkpoint: the resumed run
+// continues bit for bit (they used to restart, and the run drifted from the uninterrupted one).
+TEST_F(CompressionResumeTest, CenteredClippingAndBucketingResumeBitwise) {
+  Config config = mlp_config();
+  config.train.epochs = 2;
+  config.train.checkpoint_every = 1;
+  config.data_parallel.aggregator = "bucket:2,cclip:1";
+  const std::vector<float> uninterrupted = allreduce_training(config, 3);
+  const std::string run = dir("cclip");
+  Config first = config;
+  first.train.epochs = 1;
+  allreduce_training(first, 3, run);
+  EXPECT_EQ(allreduce_training(config, 3, run, /*resume=*/true), uninterrupted);
+}
+
 // A residual is its rank's own: on 3 ranks a checkpoint of 2 restarts them at zero and trains on.
 TEST_F(CompressionResumeTest, AnotherNumberOfRanksRestartsTheResidualsAtZero) {
   Config config = compressed("topk:0.1");

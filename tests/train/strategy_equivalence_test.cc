@@ -140,6 +140,25 @@ TEST_F(StrategyEquivalence, EveryStrategyTrainsTheSingleWorkerTrajectory) {
       ranks_row(
           "tensor parallel, all-gather MLP, P = 2", 2,
           [](Config& c) { c.parallel.strategy = "tensor_parallel"; }, 1e-6f),
+      // The grid (tests/train/hybrid_test.cc): each stage's or shard's gradients summed over its
+      // data group, the replicas' halves of the batch added by the allreduce.
+      ranks_row(
+          "hybrid, dp 2 x pp 2, 1 micro-batch", 4,
+          [](Config& c) {
+            c.parallel.strategy = "hybrid";
+            c.hybrid.dp = 2;
+            c.hybrid.pp = 2;
+            c.pipeline.micro_batches = 1;
+          },
+          1e-6f),
+      ranks_row(
+          "hybrid, dp 2 x tp 2", 4,
+          [](Config& c) {
+            c.parallel.strategy = "hybrid";
+            c.hybrid.dp = 2;
+            c.hybrid.tp = 2;
+          },
+          1e-6f),
   };
   const Config config = base_config();
   const std::vector<float> reference = single_worker(config);

@@ -6,6 +6,13 @@
 
 namespace dtrain::aggregate {
 
+void Aggregator::load_state(std::span<const double> values) {
+  if (!values.empty()) {
+    throw InternalError(
+        fmt::format("aggregator '{}' keeps no state, given {} values", name(), values.size()));
+  }
+}
+
 void Aggregator::check_inputs(int n) const {
   if (n < 1)
     throw ConfigError(fmt::format("aggregator '{}': {} inputs, needs at least 1", name(), n));

@@ -39,6 +39,19 @@ class Aggregator {
   // rows: (n, d) row-major, input i at rows + i d.
   void aggregate(const float* rows, int n, std::int64_t d, float* out);
 
+  // What the aggregator keeps between calls (centered clipping's centre, bucketing's call count),
+  // as doubles for a checkpoint: an aggregator given load_state(state()) computes the next
+  // aggregate bit for bit as this one would. Empty for the stateless ones (mean, median, trimmed
+  // mean, Krum).
+  virtual std::vector<double> state() const { return {}; }
+  // Restores state(); InternalError for values of another length than this kind keeps.
+  virtual void load_state(std::span<const double> values);
+  // Whether `values` is a state() this kind keeps for inputs of length d (checked before any is
+  // loaded, so that a checkpoint of another aggregator or bucket layout changes nothing).
+  virtual bool state_fits(std::span<const double> values, std::int64_t /*d*/) const {
+    return values.empty();
+  }
+
  protected:
   // Called with checked arguments: n >= 1 (and check_inputs(n) passed), d >= 0.
   virtual void run(Inputs inputs, std::int64_t d, float* out) = 0;

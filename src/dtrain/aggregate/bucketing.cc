@@ -27,6 +27,19 @@ std::string Bucketing::name() const {
   return fmt::format("bucket:{},{}", bucket_size_, inner_->name());
 }
 
+std::vector<double> Bucketing::state() const {
+  std::vector<double> values = {static_cast<double>(calls_)};  // exact below 2^53 calls
+  const std::vector<double> inner = inner_->state();
+  values.insert(values.end(), inner.begin(), inner.end());
+  return values;
+}
+
+void Bucketing::load_state(std::span<const double> values) {
+  DTRAIN_CHECK(!values.empty(), "{}: a state without its call count", name());
+  calls_ = static_cast<std::uint64_t>(values[0]);
+  inner_->load_state(values.subspan(1));
+}
+
 void Bucketing::check_inputs(int n) const {
   Aggregator::check_inputs(n);
   try {

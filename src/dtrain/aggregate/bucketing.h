@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "dtrain/aggregate/aggregator.h"
@@ -29,6 +30,12 @@ class Bucketing final : public Aggregator {
   void check_inputs(int n) const override;
   int buckets(int n) const { return (n + bucket_size_ - 1) / bucket_size_; }
   Aggregator& inner() { return *inner_; }
+  // The call count (which shuffle comes next), then the inner aggregator's state.
+  std::vector<double> state() const override;
+  void load_state(std::span<const double> values) override;
+  bool state_fits(std::span<const double> values, std::int64_t d) const override {
+    return !values.empty() && inner_->state_fits(values.subspan(1), d);
+  }
   // Of the last call: input order after the shuffle (bucket b = [b s, (b + 1) s) of it).
   const std::vector<int>& order() const { return order_; }
 

@@ -19,6 +19,10 @@ std::string CenteredClip::name() const {
                           : fmt::format("cclip:{}:{}", tau_, iterations_);
 }
 
+void CenteredClip::load_state(std::span<const double> values) {
+  center_.assign(values.begin(), values.end());
+}
+
 void CenteredClip::set_center(std::span<const float> center) {
   center_.assign(center.begin(), center.end());
 }

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "dtrain/aggregate/aggregator.h"
@@ -31,6 +32,13 @@ class CenteredClip final : public Aggregator {
   void set_center(std::span<const float> center);
   // The current centre: the last aggregate, or what set_center gave; empty before either.
   const std::vector<double>& center() const { return center_; }
+  // The centre (d doubles; empty before the first call).
+  std::vector<double> state() const override { return center_; }
+  void load_state(std::span<const double> values) override;
+  // Empty (no call yet) or d values.
+  bool state_fits(std::span<const double> values, std::int64_t d) const override {
+    return values.empty() || std::cmp_equal(values.size(), d);
+  }
 
  protected:
   void run(Inputs inputs, std::int64_t d, float* out) override;

@@ -7,10 +7,12 @@
 // Payload: 8k bytes: k values (f32), then their k indices (i32, ascending). n < 2^31.
 //
 // How the k are found without a sort: a strided sample of 4096 magnitudes gives a threshold that
-// about 2k elements (plus a margin) exceed; one pass collects those candidates in index order;
-// nth_element over the candidates finds the k-th in the order (|x| descending, index ascending),
-// and a pass over the candidates keeps the ones before it, still in index order. When the sample
-// misleads (fewer than k candidates) the pass is redone with every element: slower, never wrong.
+// about 2k elements (plus a margin) exceed; one pass collects those candidates in index order,
+// each with its magnitude's bits as a key (non-negative floats order as their bit patterns); a
+// radix selection (three counting passes over the candidates' keys, 11 + 11 + 10 bits) finds the
+// k-th largest key and how many of its ties are kept; a pass over the candidates keeps the ones
+// above it and its first ties, still in index order. When the sample misleads (fewer than k
+// candidates) the pass is redone with every element: slower, never wrong.
 //
 // Bound per element: encode reads 4 B once (plus O(k) work on about 2k candidates); decode writes
 // 4 B (zeros) plus k scattered writes (decode_add: k scattered read-modify-writes only).

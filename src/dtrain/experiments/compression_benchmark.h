@@ -22,7 +22,7 @@ struct CompressionBenchmarkRow {
   double decode_ms = 0.0;  // 0 for memcpy
   double payload_bytes = 0.0;
   double ratio = 1.0;      // 4 n / payload bytes
-  double vs_memcpy = 1.0;  // (encode + decode) / memcpy of 4 n bytes
+  double vs_memcpy = 1.0;  // (encode + decode) / memcpy of 4 n bytes timed before and after it
 };
 
 // ConfigError for an unknown codec, elements < 1 or repeats < 1, before anything runs.

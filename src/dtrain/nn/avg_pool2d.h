@@ -32,6 +32,9 @@ class AvgPool2d : public Layer {
   const tensor::Tensor& backward(const tensor::Tensor& dy, bool need_input_grad) override;
 
   bool is_global() const { return kernel_ == 0; }
+  // The window and its stride (0 for the global pool).
+  std::int64_t kernel() const { return kernel_; }
+  std::int64_t stride() const { return stride_; }
 
  private:
   // kernel 0 marks the global pool; window_h/w() give the window for an input of height h, width w.

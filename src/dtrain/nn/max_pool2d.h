@@ -37,6 +37,9 @@ class MaxPool2d : public Layer {
   // the value it took.
   const std::vector<std::int32_t>& argmax() const { return argmax_; }
 
+  std::int64_t kernel() const { return kernel_; }
+  std::int64_t stride() const { return stride_; }
+
  private:
   std::int64_t kernel_;
   std::int64_t stride_;

@@ -1,6 +1,7 @@
-// build_gpt: a GPT-style decoder-only transformer (GPT-2's pre-norm layout, no dropout), the same
-// model as the PyTorch reference ../shared/peers/scripts/train_charlm.py. V = spec.vocab,
-// d = spec.d_model, H = spec.heads, L = spec.layers, block = spec.block:
+// build_gpt: the layer list gpt_layers(spec), a GPT-style decoder-only transformer (GPT-2's
+// pre-norm layout, no dropout), the same model as the PyTorch reference
+// ../shared/peers/scripts/train_charlm.py. V = spec.vocab, d = spec.d_model, H = spec.heads, L =
+// spec.layers, block = spec.block:
 //
 //   embed        Embedding: token (V, d) + position (block, d)    (B, T) ids -> (B, T, d)
 //   block1..L    TransformerBlock(d, H, block)                    (B, T, d)  -> (B, T, d)
@@ -15,11 +16,7 @@
 #include <string>
 
 #include "dtrain/base/error.h"
-#include "dtrain/nn/embedding.h"
-#include "dtrain/nn/layer_norm.h"
 #include "dtrain/nn/model_zoo.h"
-#include "dtrain/nn/tied_output_head.h"
-#include "dtrain/nn/transformer_block.h"
 
 namespace dtrain::nn {
 namespace {
@@ -49,21 +46,30 @@ std::int64_t gpt_parameter_count(const ModelSpec& spec) {
   return spec.vocab * d + spec.block * d + spec.layers * (12 * d * d + 13 * d) + 2 * d;
 }
 
-std::unique_ptr<Model> build_gpt(const ModelSpec& spec) {
+LayerList gpt_layers(const ModelSpec& spec) {
   check_gpt_spec(spec);
-  const std::int64_t d = spec.d_model;
-  auto model = std::make_unique<Model>(tensor::Shape{spec.block});
-  auto embed = std::make_unique<Embedding>("embed", spec.vocab, spec.block, d, kGptInitSigma);
-  const std::string tied = embed->token_weight_name();
-  model->add(std::move(embed));
+  LayerList list;
+  const auto add = [&](const char* kind, const std::string& name,
+                       std::map<std::string, LayerParam> params = {}) {
+    params["name"] = name;
+    list.push_back(LayerSpec{kind, std::move(params), {}, {}});
+  };
+  // The vocabulary is the list's class count (build_gpt passes spec.vocab), the context the
+  // sample's length (spec.block), the init GPT-2's N(0, 0.02^2) (kGptInitSigma, the kinds'
+  // default).
+  add("embedding", "embed", {{"dim", spec.d_model}});
   for (std::int64_t i = 1; i <= spec.layers; ++i) {
-    model->add(std::make_unique<TransformerBlock>(fmt::format("block{}", i), d, spec.heads,
-                                                  spec.block, kGptInitSigma));
+    add("transformer_block", fmt::format("block{}", i), {{"heads", spec.heads}});
   }
-  model->add(std::make_unique<LayerNorm>("ln_f", d));
-  model->add(std::make_unique<TiedOutputHead>("head", tied, d, spec.vocab));
-  model->build();
-  return model;
+  add("layer_norm", "ln_f");
+  add("tied_head", "head");
+  return list;
+}
+
+std::unique_ptr<Model> build_gpt(const ModelSpec& spec) {
+  LayerList list = gpt_layers(spec);
+  return build_layer_list(list, LayerListInput{{spec.block}, spec.vocab, "normal", kGptInitSigma},
+                          "gpt layer");
 }
 
 }  // namespace dtrain::nn

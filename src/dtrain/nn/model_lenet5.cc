@@ -1,5 +1,5 @@
-// build_lenet5: the LeNet-5-style CNN of model_zoo.h, layer for layer the PyTorch model of
-// ../shared/peers/scripts/fmnist.py at input (1, 28, 28):
+// build_lenet5: the LeNet-5-style CNN of model_zoo.h (the layer list lenet5_layers(spec)), layer
+// for layer the PyTorch model of ../shared/peers/scripts/fmnist.py at input (1, 28, 28):
 //
 //   conv1 5x5, 6, pad P, act1, pool1 2x2    (B, C, H, W)    -> (B, 6, (H+2P-4)/2, ...)
 //   conv2 5x5, 16, act2, pool2 2x2                          -> (B, 16, 5, 5) for 28x28 and 32x32
@@ -15,17 +15,12 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/nn/activation.h"
-#include "dtrain/nn/conv2d.h"
-#include "dtrain/nn/dropout.h"
-#include "dtrain/nn/flatten.h"
 #include "dtrain/nn/init.h"
-#include "dtrain/nn/linear.h"
-#include "dtrain/nn/max_pool2d.h"
 #include "dtrain/nn/model_zoo.h"
 
 namespace dtrain::nn {
 
-std::unique_ptr<Model> build_lenet5(const ModelSpec& spec) {
+LayerList lenet5_layers(const ModelSpec& spec) {
   if (spec.input.size() != 3 || spec.input[0] <= 0 || spec.input[1] <= 0 || spec.input[2] <= 0) {
     throw ConfigError(fmt::format(
         "model.input: lenet5 needs an image shape [C, H, W] such as [1, 28, 28] or [3, 32, 32], "
@@ -40,36 +35,53 @@ std::unique_ptr<Model> build_lenet5(const ModelSpec& spec) {
         fmt::format("model.dropout: {} out of range [0, 1); 0 turns dropout off", spec.dropout));
   }
   const ActivationKind activation = parse_activation(spec.activation);
-  const InitKind init = parse_init(spec.init);
-  const float sigma = spec.init_sigma;
-  const float alpha = spec.activation_alpha;
-  const std::int64_t channels = spec.input[0];
+  parse_init(spec.init);
   const std::int64_t side = std::min(spec.input[1], spec.input[2]);
   const std::int64_t padding = std::clamp<std::int64_t>((32 - side + 1) / 2, 0, 2);
 
-  auto model = std::make_unique<Model>(spec.input);
-  model->add(std::make_unique<Conv2d>("conv1", channels, 6, 5, 1, padding, true, init, sigma));
-  model->add(std::make_unique<Activation>("act1", activation, alpha));
-  model->add(std::make_unique<MaxPool2d>("pool1", 2, 2));
-  model->add(std::make_unique<Conv2d>("conv2", 6, 16, 5, 1, 0, true, init, sigma));
-  model->add(std::make_unique<Activation>("act2", activation, alpha));
-  model->add(std::make_unique<MaxPool2d>("pool2", 2, 2));
-  model->add(std::make_unique<Flatten>("flatten"));
+  LayerList list;
+  const auto add = [&](const char* kind, const char* name,
+                       std::map<std::string, LayerParam> params = {}) {
+    params["name"] = std::string(name);
+    list.push_back(LayerSpec{kind, std::move(params), {}, {}});
+  };
+  const auto act = [&](const char* name) {
+    std::map<std::string, LayerParam> params;
+    // Only these two read alpha (a layer list refuses it elsewhere).
+    if (activation == ActivationKind::kLeakyRelu || activation == ActivationKind::kElu) {
+      params["alpha"] = static_cast<double>(spec.activation_alpha);
+    }
+    add(spec.activation.c_str(), name, std::move(params));
+  };
+  const auto drop = [&](const char* name) {
+    if (spec.dropout > 0.0f) add("dropout", name, {{"p", static_cast<double>(spec.dropout)}});
+  };
+  std::map<std::string, LayerParam> conv1{{"out_channels", std::int64_t{6}},
+                                          {"kernel", std::int64_t{5}}};
+  if (padding > 0) conv1["padding"] = padding;
+  add("conv2d", "conv1", std::move(conv1));
+  act("act1");
+  add("max_pool2d", "pool1", {{"kernel", std::int64_t{2}}});
+  add("conv2d", "conv2", {{"out_channels", std::int64_t{16}}, {"kernel", std::int64_t{5}}});
+  act("act2");
+  add("max_pool2d", "pool2", {{"kernel", std::int64_t{2}}});
   // The flattened width follows from the shapes (16 * 5 * 5 at 28x28 and 32x32); a too-small input
-  // already fails here with the ShapeError of the first layer that does not fit.
-  tensor::Shape shape{1};
-  shape.insert(shape.end(), spec.input.begin(), spec.input.end());
-  for (const auto& layer : model->layers()) shape = layer->output_shape(shape);
-  const std::int64_t flat = shape[1];
-  model->add(std::make_unique<Linear>("fc1", flat, 120, init, sigma));
-  model->add(std::make_unique<Activation>("act3", activation, alpha));
-  if (spec.dropout > 0.0f) model->add(std::make_unique<Dropout>("drop3", spec.dropout));
-  model->add(std::make_unique<Linear>("fc2", 120, 84, init, sigma));
-  model->add(std::make_unique<Activation>("act4", activation, alpha));
-  if (spec.dropout > 0.0f) model->add(std::make_unique<Dropout>("drop4", spec.dropout));
-  model->add(std::make_unique<Linear>("fc3", 84, spec.num_classes, init, sigma));
-  model->build();
-  return model;
+  // fails with the ShapeError of the first layer that does not fit.
+  add("flatten", "flatten");
+  add("linear", "fc1", {{"out_features", std::int64_t{120}}});
+  act("act3");
+  drop("drop3");
+  add("linear", "fc2", {{"out_features", std::int64_t{84}}});
+  act("act4");
+  drop("drop4");
+  add("linear", "fc3", {{"out_features", std::string("classes")}});
+  return list;
+}
+
+std::unique_ptr<Model> build_lenet5(const ModelSpec& spec) {
+  return build_layer_list(lenet5_layers(spec),
+                          LayerListInput{spec.input, spec.num_classes, spec.init, spec.init_sigma},
+                          "lenet5 layer");
 }
 
 }  // namespace dtrain::nn

@@ -1,4 +1,4 @@
-// build_mlp: the multi-layer perceptron of model_zoo.h.
+// build_mlp: the multi-layer perceptron of model_zoo.h, as the layer list mlp_layers(spec):
 //
 //   flatten                        (B, input...) -> (B, F),  F = prod(spec.input)
 //   fc1, act1[, drop1]             (B, F)        -> (B, hidden[0])
@@ -11,25 +11,20 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/nn/activation.h"
-#include "dtrain/nn/dropout.h"
-#include "dtrain/nn/flatten.h"
 #include "dtrain/nn/init.h"
-#include "dtrain/nn/linear.h"
 #include "dtrain/nn/model_zoo.h"
 
 namespace dtrain::nn {
 
-std::unique_ptr<Model> build_mlp(const ModelSpec& spec) {
+LayerList mlp_layers(const ModelSpec& spec) {
   if (spec.input.empty()) {
     throw ConfigError("model.input: the mlp needs a sample shape such as [784] or [1, 28, 28]");
   }
-  std::int64_t features = 1;
   for (const std::int64_t d : spec.input) {
     if (d <= 0) {
       throw ConfigError(fmt::format("model.input: dimension {} in {} must be > 0", d,
                                     tensor::shape_str(spec.input)));
     }
-    features *= d;
   }
   for (std::size_t i = 0; i < spec.hidden.size(); ++i) {
     if (spec.hidden[i] <= 0) {
@@ -46,23 +41,39 @@ std::unique_ptr<Model> build_mlp(const ModelSpec& spec) {
         fmt::format("model.dropout: {} out of range [0, 1); 0 turns dropout off", spec.dropout));
   }
   const ActivationKind activation = parse_activation(spec.activation);
-  const InitKind init = parse_init(spec.init);
+  parse_init(spec.init);
 
-  auto model = std::make_unique<Model>(spec.input);
-  model->add(std::make_unique<Flatten>("flatten"));
-  std::int64_t width = features;
+  const auto named = [](const char* kind, const std::string& name) {
+    return LayerSpec{kind, {{"name", name}}, {}, {}};
+  };
+  LayerList list{named("flatten", "flatten")};
   for (std::size_t i = 0; i < spec.hidden.size(); ++i) {
     const std::string index = std::to_string(i + 1);
-    model->add(
-        std::make_unique<Linear>("fc" + index, width, spec.hidden[i], init, spec.init_sigma));
-    model->add(std::make_unique<Activation>("act" + index, activation, spec.activation_alpha));
-    if (spec.dropout > 0.0f) model->add(std::make_unique<Dropout>("drop" + index, spec.dropout));
-    width = spec.hidden[i];
+    LayerSpec fc = named("linear", "fc" + index);
+    fc.params["out_features"] = spec.hidden[i];
+    list.push_back(std::move(fc));
+    LayerSpec act = named(spec.activation.c_str(), "act" + index);
+    // Only these two read alpha (a layer list refuses it elsewhere).
+    if (activation == ActivationKind::kLeakyRelu || activation == ActivationKind::kElu) {
+      act.params["alpha"] = static_cast<double>(spec.activation_alpha);
+    }
+    list.push_back(std::move(act));
+    if (spec.dropout > 0.0f) {
+      LayerSpec drop = named("dropout", "drop" + index);
+      drop.params["p"] = static_cast<double>(spec.dropout);
+      list.push_back(std::move(drop));
+    }
   }
-  model->add(std::make_unique<Linear>("fc" + std::to_string(spec.hidden.size() + 1), width,
-                                      spec.num_classes, init, spec.init_sigma));
-  model->build();
-  return model;
+  LayerSpec out = named("linear", "fc" + std::to_string(spec.hidden.size() + 1));
+  out.params["out_features"] = std::string("classes");
+  list.push_back(std::move(out));
+  return list;
+}
+
+std::unique_ptr<Model> build_mlp(const ModelSpec& spec) {
+  return build_layer_list(mlp_layers(spec),
+                          LayerListInput{spec.input, spec.num_classes, spec.init, spec.init_sigma},
+                          "mlp layer");
 }
 
 }  // namespace dtrain::nn

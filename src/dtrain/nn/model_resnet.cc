@@ -1,5 +1,6 @@
-// build_resnet: a small CIFAR-style ResNet with batch norm (He et al., 2016, section 4.2) for
-// 28x28 and 32x32 images, w = spec.resnet_width, n = spec.resnet_blocks:
+// build_resnet: the layer list resnet_layers(spec), a small CIFAR-style ResNet with batch norm
+// (He et al., 2016, section 4.2) for 28x28 and 32x32 images, w = spec.resnet_width,
+// n = spec.resnet_blocks:
 //
 //   conv1 3x3 w (no bias), bn1, act1                      (B, C, H, W)   -> (B, w, H, W)
 //   stage1.block1..n   ResidualBlock(w)                                  -> (B, w, H, W)
@@ -14,19 +15,12 @@
 #include <string>
 
 #include "dtrain/base/error.h"
-#include "dtrain/nn/activation.h"
-#include "dtrain/nn/avg_pool2d.h"
-#include "dtrain/nn/batch_norm.h"
-#include "dtrain/nn/conv2d.h"
-#include "dtrain/nn/flatten.h"
 #include "dtrain/nn/init.h"
-#include "dtrain/nn/linear.h"
 #include "dtrain/nn/model_zoo.h"
-#include "dtrain/nn/residual_block.h"
 
 namespace dtrain::nn {
 
-std::unique_ptr<Model> build_resnet(const ModelSpec& spec) {
+LayerList resnet_layers(const ModelSpec& spec) {
   if (spec.input.size() != 3 || spec.input[0] <= 0 || spec.input[1] <= 0 || spec.input[2] <= 0) {
     throw ConfigError(fmt::format(
         "model.input: resnet needs an image shape [C, H, W] such as [1, 28, 28] or [3, 32, 32], "
@@ -42,30 +36,40 @@ std::unique_ptr<Model> build_resnet(const ModelSpec& spec) {
         "are usual)",
         spec.resnet_width, spec.resnet_blocks));
   }
-  const InitKind init = parse_init(spec.init);
+  parse_init(spec.init);
   const std::int64_t width = spec.resnet_width;
 
-  auto model = std::make_unique<Model>(spec.input);
-  model->add(std::make_unique<Conv2d>("conv1", spec.input[0], width, 3, 1, 1, /*bias=*/false, init,
-                                      spec.init_sigma));
-  model->add(std::make_unique<BatchNorm>("bn1", width));
-  model->add(std::make_unique<Activation>("act1", ActivationKind::kRelu));
-  std::int64_t channels = width;
+  LayerList list;
+  const auto add = [&](const char* kind, const std::string& name,
+                       std::map<std::string, LayerParam> params = {}) {
+    params["name"] = name;
+    list.push_back(LayerSpec{kind, std::move(params), {}, {}});
+  };
+  add("conv2d", "conv1",
+      {{"out_channels", width},
+       {"kernel", std::int64_t{3}},
+       {"padding", std::int64_t{1}},
+       {"bias", false}});
+  add("batch_norm", "bn1");
+  add("relu", "act1");
   for (int stage = 1; stage <= 3; ++stage) {
     const std::int64_t stage_width = width << (stage - 1);
     for (std::int64_t block = 1; block <= spec.resnet_blocks; ++block) {
-      const std::int64_t stride = stage > 1 && block == 1 ? 2 : 1;
-      model->add(std::make_unique<ResidualBlock>(fmt::format("stage{}.block{}", stage, block),
-                                                 channels, stage_width, stride, init,
-                                                 spec.init_sigma));
-      channels = stage_width;
+      std::map<std::string, LayerParam> params{{"out_channels", stage_width}};
+      if (stage > 1 && block == 1) params["stride"] = std::int64_t{2};
+      add("residual_block", fmt::format("stage{}.block{}", stage, block), std::move(params));
     }
   }
-  model->add(AvgPool2d::global("pool"));
-  model->add(std::make_unique<Flatten>("flatten"));
-  model->add(std::make_unique<Linear>("fc", channels, spec.num_classes, init, spec.init_sigma));
-  model->build();
-  return model;
+  add("global_avg_pool2d", "pool");
+  add("flatten", "flatten");
+  add("linear", "fc", {{"out_features", std::string("classes")}});
+  return list;
+}
+
+std::unique_ptr<Model> build_resnet(const ModelSpec& spec) {
+  return build_layer_list(resnet_layers(spec),
+                          LayerListInput{spec.input, spec.num_classes, spec.init, spec.init_sigma},
+                          "resnet layer");
 }
 
 }  // namespace dtrain::nn

@@ -1,6 +1,7 @@
-// Models by name: "mlp", "lenet5", "resnet", "gpt". Each builder lives in its own file
-// (model_mlp.cc, model_lenet5.cc, model_resnet.cc, model_gpt.cc); build_model dispatches on the
-// name.
+// Models by name: "mlp", "lenet5", "resnet", "gpt", and "layers" (a list of layers written in the
+// config, layer_list.h). Each builder lives in its own file (model_mlp.cc, model_lenet5.cc,
+// model_resnet.cc, model_gpt.cc) and builds its model as a layer list; build_model dispatches on
+// the name.
 #pragma once
 
 #include <cstdint>
@@ -8,12 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/nn/layer_list.h"
 #include "dtrain/nn/model.h"
 
 namespace dtrain::nn {
 
 struct ModelSpec {
-  std::string name = "mlp";        // "mlp" | "lenet5" | "resnet" | "gpt"
+  std::string name = "mlp";        // "mlp" | "lenet5" | "resnet" | "gpt" | "layers"
   tensor::Shape input{1, 28, 28};  // one sample (C, H, W); an mlp flattens it
   std::int64_t num_classes = 10;
   // mlp: widths of the hidden layers and their activation ("relu", "sigmoid", "tanh", "softplus",
@@ -38,12 +40,23 @@ struct ModelSpec {
   std::int64_t d_model = 128;
   std::int64_t heads = 4;
   std::int64_t layers = 4;
+  // "layers": the model as a list of layers (layer_list.h, docs/MODELS.md), built from `input`
+  // and `num_classes` with `init` and `init_sigma` as the defaults of the layers that take them.
+  LayerList layer_list;
 };
 
 // Returns a built model (shapes checked, ParamStore finalized), not yet initialised: call
 // model->init(seed). Throws ConfigError for an unknown name or hyper-parameter, naming the accepted
 // values, and ShapeError when the input is too small for the architecture.
 std::unique_ptr<Model> build_model(const ModelSpec& spec);
+
+// Each builder checks the spec (ConfigError naming the key), describes its model as a layer list
+// (layer_list.h) and builds that: the zoo and `model.name = "layers"` share one path, and
+// examples/models/*.toml are these lists written out (tests/train/model_layers_test.cc).
+LayerList mlp_layers(const ModelSpec& spec);
+LayerList lenet5_layers(const ModelSpec& spec);
+LayerList resnet_layers(const ModelSpec& spec);
+LayerList gpt_layers(const ModelSpec& spec);
 
 std::unique_ptr<Model> build_mlp(const ModelSpec& spec);
 std::unique_ptr<Model> build_lenet5(const ModelSpec& spec);

@@ -12,6 +12,7 @@
 #include "dtrain/base/error.h"
 #include "dtrain/optim/adam.h"
 #include "dtrain/optim/lars.h"
+#include "dtrain/optim/onebit_adam.h"
 #include "dtrain/optim/sgd.h"
 
 namespace dtrain::optim {
@@ -163,9 +164,18 @@ void require(bool ok, const char* key, double value, const char* range) {
 
 void validate_optimizer_config(const OptimizerConfig& config) {
   const std::string& name = config.name;
-  if (name != "sgd" && name != "adam" && name != "adamw" && name != "lars") {
+  if (name != "sgd" && name != "adam" && name != "adamw" && name != "lars" &&
+      name != "onebit_adam") {
     throw ConfigError(fmt::format(
-        "optim.name = '{}' is not an optimizer; accepted: 'sgd', 'adam', 'adamw', 'lars'", name));
+        "optim.name = '{}' is not an optimizer; accepted: 'sgd', 'adam', 'adamw', 'lars', "
+        "'onebit_adam'",
+        name));
+  }
+  if (name == "onebit_adam" && config.freeze_step < 1) {
+    throw ConfigError(fmt::format(
+        "optim.freeze_step = {} is out of range: must be >= 1 (1-bit Adam freezes the variance "
+        "that the warm-up's exact Adam steps estimate)",
+        config.freeze_step));
   }
   require(config.momentum >= 0.0 && config.momentum < 1.0, "optim.momentum", config.momentum,
           "in [0, 1)");
@@ -186,7 +196,7 @@ void validate_optimizer_config(const OptimizerConfig& config) {
     throw ConfigError(
         "optim.nesterov = true needs optim.momentum > 0 (got 0); set a momentum such as 0.9");
   }
-  if ((name == "adam" || name == "adamw") && config.momentum != 0.0) {
+  if ((name == "adam" || name == "adamw" || name == "onebit_adam") && config.momentum != 0.0) {
     throw ConfigError(fmt::format(
         "optim.momentum = {} does not apply to optim.name = '{}'; its momentum is optim.beta1",
         config.momentum, name));
@@ -203,6 +213,9 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
   if (config.name == "sgd") return std::make_unique<Sgd>(config, std::move(segments));
   if (config.name == "adam") return std::make_unique<Adam>(config, std::move(segments), false);
   if (config.name == "adamw") return std::make_unique<Adam>(config, std::move(segments), true);
+  if (config.name == "onebit_adam") {
+    return std::make_unique<OneBitAdam>(config, std::move(segments));
+  }
   return std::make_unique<Lars>(config, std::move(segments));
 }
 

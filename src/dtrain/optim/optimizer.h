@@ -50,13 +50,15 @@ struct Segment {
 
 // The optimizer section of a run's config; keys are named `optim.<field>` in errors.
 struct OptimizerConfig {
-  std::string name = "sgd";   // "sgd" | "adam" | "adamw" | "lars"
+  std::string name = "sgd";   // "sgd" | "adam" | "adamw" | "lars" | "onebit_adam"
   double momentum = 0.0;      // sgd, lars; in [0, 1)
   bool nesterov = false;      // sgd only, needs momentum > 0
   double weight_decay = 0.0;  // sgd/lars/adam: L2 added to the gradient; adamw: decoupled
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
   double trust_coefficient = 0.001;               // lars (You et al. 2017, eta)
   double lars_eps = 1e-9;
+  // onebit_adam (onebit_adam.h): exact Adam for this many steps, then v frozen and m sent in 1 bit.
+  std::int64_t freeze_step = 100;
 };
 
 // A named flat state vector (momentum, first/second moments), laid out like the segments it covers

@@ -178,7 +178,8 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
     }
     ReplyHeader header;
     std::memcpy(&header, replies_[s].data(), sizeof header);
-    const bool failed = header.status == Status::kError || header.status == Status::kRefused;
+    const bool failed = header.status == Status::kError || header.status == Status::kRefused ||
+                        header.status == Status::kEvicted;
     const bool encoded = !failed && (header.flags & kEncoded) != 0;
     const std::size_t element_bytes = op == Op::kStats ? sizeof(std::int64_t)
                                       : failed         ? 1
@@ -200,6 +201,7 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
       // A failed server answers nothing more: say so now. A refused request: the other servers'
       // replies are still taken, so that the next request pairs with its own.
       if (header.status == Status::kError) throw comm::CommError(text);
+      if (header.status == Status::kEvicted) throw EvictedError(text);
       if (error.empty()) error = text;
       continue;
     }

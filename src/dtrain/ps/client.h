@@ -28,6 +28,7 @@
 #include <span>
 #include <vector>
 
+#include "dtrain/comm/comm_error.h"
 #include "dtrain/comm/task_queue.h"
 #include "dtrain/comm/transport/transport.h"
 #include "dtrain/comm/work.h"
@@ -60,6 +61,13 @@ struct PushResult {
 struct OptimizerState {
   std::vector<std::vector<float>> vectors;
   std::vector<std::int64_t> steps;
+};
+
+// A server counted this worker dead (async / ssp: silent past the deadline) and trains on without
+// it: the worker's requests are refused from then on, and it should stop (the run goes on).
+class EvictedError : public comm::CommError {
+ public:
+  using comm::CommError::CommError;
 };
 
 class Client {

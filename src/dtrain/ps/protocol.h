@@ -64,7 +64,9 @@ struct RequestHeader {
 
 // kError: the server failed and stops; kRefused: this request was wrong (a checkpoint's state
 // that does not fit), the server serves on. Both carry the text of the error.
-enum class Status : std::uint32_t { kOk = 0, kDropped = 1, kError = 2, kRefused = 3 };
+// kEvicted: the server counted this worker dead (async / ssp: silent past the deadline) and
+// trains on without it; the payload says so (chars). The worker stops (ps::EvictedError).
+enum class Status : std::uint32_t { kOk = 0, kDropped = 1, kError = 2, kRefused = 3, kEvicted = 4 };
 
 struct ReplyHeader {
   Status status = Status::kOk;

@@ -43,6 +43,10 @@ struct Server::Worker {
   RequestHeader held_header;
   Clock::time_point last_heard;
   bool stall_warned = false;  // since last heard (async / ssp)
+  // Counted dead for its silence (async / ssp), but perhaps alive: its requests are still
+  // received, and answered with kEvicted.
+  bool evicted = false;
+  Clock::time_point evicted_at;
 };
 
 Server::Server(comm::Transport& transport, int index, ShardLayout layout,
@@ -148,7 +152,15 @@ void Server::serve() {
     bool progress = false;
     for (std::size_t w = 0; w < workers_.size(); ++w) {
       Worker& worker = workers_[w];
-      if (worker.dead || !worker.receive || !receive_arrived(static_cast<int>(w))) continue;
+      if ((worker.dead && !worker.evicted) || !worker.receive ||
+          !receive_arrived(static_cast<int>(w))) {
+        continue;
+      }
+      if (worker.dead) {
+        answer_evicted(static_cast<int>(w));
+        post(worker);
+        continue;
+      }
       worker.last_heard = Clock::now();
       worker.stall_warned = false;
       handle(static_cast<int>(w));
@@ -181,7 +193,7 @@ bool Server::receive_arrived(int w) {
   } catch (const comm::CommError& e) {
     // The worker's side of the transport is gone (its thread returned or its process died).
     worker.receive.reset();
-    if (worker.stopped) return false;
+    if (worker.stopped || worker.dead) return false;
     if (options_.consistency == Consistency::kBsp && options_.backup_workers == 0) {
       fail(
           fmt::format("ps server {}: worker {} (rank {}) is gone before the end of training ({}); "
@@ -193,10 +205,29 @@ bool Server::receive_arrived(int w) {
   }
 }
 
-void Server::mark_dead(int w, std::string_view why) {
+void Server::answer_evicted(int w) {
+  Worker& worker = workers_[static_cast<std::size_t>(w)];
+  RequestHeader header;
+  std::memcpy(&header, worker.request.data(), sizeof header);
+  if (header.op == Op::kStop) {
+    reply(w, Status::kOk);  // a worker told it is evicted may still say goodbye
+    return;
+  }
+  // Everything else, the statistics worker 0 asks for at its end included: refused with the
+  // reason (the client throws EvictedError).
+  const std::string text = fmt::format(
+      "ps server {}: worker {} (rank {}) was counted dead {:.1f} s ago, after it was silent for "
+      "the deadline (parallel.comm_timeout_seconds); the other workers train on without it",
+      index_, w, worker.rank, seconds_since(worker.evicted_at));
+  reply(w, Status::kEvicted, 0, text.data(), static_cast<std::int64_t>(text.size()), 1);
+}
+
+void Server::mark_dead(int w, std::string_view why, bool listening) {
   Worker& worker = workers_[static_cast<std::size_t>(w)];
   worker.dead = true;
-  worker.receive.reset();
+  worker.evicted = listening;
+  worker.evicted_at = Clock::now();
+  if (!listening) worker.receive.reset();
   worker.held = Worker::Held::kNone;
   stats_.dead[static_cast<std::size_t>(w)] = 1;
   log::warn("ps server {}: worker {} (rank {}) {}: counted as dead, serving the others", index_, w,
@@ -586,7 +617,8 @@ void Server::check_deadlines() {
       continue;
     }
     mark_dead(static_cast<int>(w),
-              fmt::format("silent for {:.1f} s", seconds_since(worker.last_heard)));
+              fmt::format("silent for {:.1f} s", seconds_since(worker.last_heard)),
+              /*listening=*/true);
   }
 }
 

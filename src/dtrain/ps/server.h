@@ -95,7 +95,10 @@ class Server {
   // Whether worker w's request is in; a failed receive (the worker is gone) marks it dead
   // (async / ssp) or fails the server (bsp).
   bool receive_arrived(int w);
-  void mark_dead(int w, std::string_view why);
+  // `listening`: the worker was silent, not gone; its later requests are answered kEvicted.
+  void mark_dead(int w, std::string_view why, bool listening = false);
+  // Answers a request of an evicted worker: kEvicted with the reason (a plain stop: kOk).
+  void answer_evicted(int w);
   void handle(int w);
   // `payload`: the request's, f32 values or (kEncoded) the push codec's bytes.
   void push(int w, const RequestHeader& header, const std::byte* payload);

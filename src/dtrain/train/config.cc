@@ -24,6 +24,7 @@
 #include "dtrain/data/client_partition.h"
 #include "dtrain/data/load.h"
 #include "dtrain/train/fault_injection.h"
+#include "dtrain/train/model_layers_config.h"
 #include "dtrain/train/straggler.h"
 #include "dtrain/train/strategy_registry.h"
 
@@ -32,10 +33,10 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 const char* const kSections[] = {
-    "model",          "data",          "train",         "optim",
-    "schedule",       "parallel",      "data_parallel", "parameter_server",
-    "local_sgd",      "decentralized", "pipeline",      "federated",
-    "tensor_parallel"};
+    "model",           "data",          "train",         "optim",
+    "schedule",        "parallel",      "data_parallel", "parameter_server",
+    "local_sgd",       "decentralized", "pipeline",      "federated",
+    "tensor_parallel", "hybrid"};
 
 // Keys that moved or were renamed: the old "section.key" still works and warns (Config::notes).
 // Errors name a key as the user wrote it.
@@ -124,6 +125,7 @@ std::vector<Field> fields(Config& c) {
   auto& pl = c.pipeline;
   auto& fd = c.federated;
   auto& tp = c.tensor_parallel;
+  auto& hy = c.hybrid;
   std::vector<std::string> topologies;
   for (const comm::TopologyKind kind : comm::topology_kinds()) {
     topologies.emplace_back(comm::topology_name(kind));
@@ -138,13 +140,14 @@ std::vector<Field> fields(Config& c) {
       {"model",
        "name",
        &m.name,
-       "architecture (gpt: a byte-level transformer, data.dataset = \"text\" only; logistic, "
+       "architecture (layers: the [[model.layer]] tables below, docs/MODELS.md; gpt: a "
+       "byte-level transformer, data.dataset = \"text\" only; logistic, "
        "svm: sparse linear models, parallel.strategy = \"hogwild\" only)",
        -kInf,
        kInf,
        false,
        false,
-       {"mlp", "lenet5", "resnet", "gpt", "logistic", "svm"}},
+       {"mlp", "lenet5", "resnet", "gpt", "layers", "logistic", "svm"}},
       {"model", "hidden", &m.hidden, "mlp: widths of the hidden layers", 1},
       {"model",
        "activation",
@@ -279,7 +282,7 @@ std::vector<Field> fields(Config& c) {
        kInf,
        false,
        false,
-       {"sgd", "adam", "adamw", "lars"}},
+       {"sgd", "adam", "adamw", "lars", "onebit_adam"}},
       {"optim", "lr", &o.lr, "base learning rate (before scaling and schedule)", 0, kInf, true},
       {"optim", "momentum", &o.momentum, "sgd, lars: momentum", 0, 1, false, true},
       {"optim", "nesterov", &o.nesterov, "sgd: Nesterov momentum"},
@@ -290,6 +293,10 @@ std::vector<Field> fields(Config& c) {
       {"optim", "eps", &o.eps, "adam, adamw: denominator epsilon", 0, kInf, true},
       {"optim", "trust_coefficient", &o.trust_coefficient, "lars: trust coefficient (eta)", 0, kInf,
        true},
+      int_at_least("optim", "freeze_step", &o.freeze_step,
+                   "onebit_adam: exact Adam steps before the variance freezes and the momentum "
+                   "goes in 1 bit",
+                   1),
 
       {"schedule",
        "decay",
@@ -418,6 +425,11 @@ std::vector<Field> fields(Config& c) {
                    "steps whose gradients go exact (f32 allreduce) before the codec starts "
                    "(PyTorch PowerSGD's start_powerSGD_iter)",
                    0),
+      {"data_parallel", "momentum_correction", &dp.momentum_correction,
+       "beta > 0: Deep Gradient Compression's momentum correction and factor masking (each rank's "
+       "velocity u = beta u + g goes through the codec, sent elements restart their u); "
+       "optim.momentum must be 0, the codec not powersgd, error feedback on",
+       0, 1, false, true},
       {"data_parallel", "aggregator", &dp.aggregator,
        "Byzantine-robust aggregation of the ranks' gradients (docs/ROBUST.md): mean (the plain "
        "allreduce), median, trimmed:<beta>, krum, multikrum[:<m>], cclip[:<tau>[:<L>]], "
@@ -561,6 +573,23 @@ std::vector<Field> fields(Config& c) {
        false,
        false,
        {"auto", "megatron", "allgather"}},
+
+      int_at_least("hybrid", "dp", &hy.dp,
+                   "D: data-parallel replicas of the grid; dp x tp x pp must equal the ranks", 1),
+      int_at_least("hybrid", "tp", &hy.tp,
+                   "T: ranks of each tensor-parallel group ([tensor_parallel] style)", 1),
+      int_at_least("hybrid", "pp", &hy.pp,
+                   "P: stages of each pipeline ([pipeline] micro_batches, schedule, partition)", 1),
+      {"hybrid",
+       "order",
+       &hy.order,
+       "which axis varies fastest with the rank: tp-dp-pp (Megatron-LM: tensor groups on "
+       "adjacent ranks, then data, pipeline outermost) or tp-pp-dp (data outermost)",
+       -kInf,
+       kInf,
+       false,
+       false,
+       {"tp-dp-pp", "tp-pp-dp"}},
   };
 }
 
@@ -880,6 +909,11 @@ void apply_table(Config& config, const toml::table& root, const std::string& whe
     }
     if (!known_section(section)) throw_unknown_section(section, where);
     for (const auto& [key, node] : *section_table) {
+      if (section == "model" && key.str() == "layer") {
+        config.model.layers = parse_model_layers(node, where);
+        provenance.where["model.layer"] = where;
+        continue;
+      }
       const Field& field = resolve_field(table, section, key.str(), where, config, provenance);
       assign(field, node, where, fmt::format("{}.{}", section, key.str()));
       rename_value(field, where, config);
@@ -903,6 +937,12 @@ void apply_override_impl(Config& config, std::string_view assignment, Provenance
   const std::string_view key = assignment.substr(dot + 1, equals - dot - 1);
   const std::string_view value = assignment.substr(equals + 1);
   const auto table = fields(config);
+  if (section == "model" && key == "layer") {
+    throw ConfigError(fmt::format(
+        "config key 'model.layer' cannot be set by {}: the layers are [[model.layer]] tables in "
+        "the config file (docs/MODELS.md)",
+        where));
+  }
   const Field& field = resolve_field(table, section, key, where, config, provenance);
 
   toml::table parsed;
@@ -966,6 +1006,23 @@ void validate_robust(const Config& config, const Where& where) {
         dp.worker_momentum, where("data_parallel.worker_momentum"), config.optim.momentum,
         where("optim.momentum")));
   }
+  const std::string& strategy = config.parallel.strategy;
+  if ((dp.aggregator != "mean" || dp.attack != "none") && strategy != "data_parallel" &&
+      strategy != "parameter_server") {
+    throw ConfigError(fmt::format(
+        "config keys 'data_parallel.aggregator' = \"{}\" ({}) and 'data_parallel.attack' = "
+        "\"{}\" ({}): robust aggregation and attacks apply to parallel.strategy = "
+        "\"data_parallel\" and \"parameter_server\", not \"{}\"",
+        dp.aggregator, where("data_parallel.aggregator"), dp.attack, where("data_parallel.attack"),
+        strategy));
+  }
+  if (strategy == "parameter_server" && dp.attack == "labelflip") {
+    throw ConfigError(fmt::format(
+        "config key 'data_parallel.attack' = \"labelflip\" ({}) changes a data-parallel rank's "
+        "labels; parameter-server workers take the gradient attacks (alie, signflip, ipm, "
+        "noise:S, scale:C)",
+        where("data_parallel.attack")));
+  }
   if (dp.aggregator == "mean" && (dp.attack == "none" || dp.attack == "labelflip")) {
     if (dp.worker_momentum > 0.0) {
       throw ConfigError(fmt::format(
@@ -991,7 +1048,43 @@ void validate_robust(const Config& config, const Where& where) {
         "reduce-scattered shard; set zero_stage = 0 or \"auto\"",
         dp.aggregator, where("data_parallel.aggregator"), where("data_parallel.zero_stage")));
   }
-  if (config.parallel.strategy != "data_parallel" || comm::launched_by_mpirun()) return;
+  if (strategy == "parameter_server") {
+    if (config.parameter_server.consistency != "bsp") {
+      throw ConfigError(fmt::format(
+          "config key 'data_parallel.aggregator' = \"{}\" ({}) with attack \"{}\": the "
+          "servers combine the gradients of one step, so parameter_server.consistency must be "
+          "\"bsp\" (now \"{}\")",
+          dp.aggregator, where("data_parallel.aggregator"), dp.attack,
+          config.parameter_server.consistency));
+    }
+    if (dp.worker_momentum > 0.0) {
+      throw ConfigError(fmt::format(
+          "config key 'data_parallel.worker_momentum' = {} ({}) applies to data_parallel; "
+          "parameter servers aggregate gradients",
+          dp.worker_momentum, where("data_parallel.worker_momentum")));
+    }
+  }
+  if (strategy == "parameter_server" && !comm::launched_by_mpirun()) {
+    // W workers (parallel.workers); a bsp step waits for W - backup_workers of them.
+    const auto workers = static_cast<int>(config.parallel.workers);
+    const auto f = static_cast<int>(dp.byzantine);
+    const auto aggregated = workers - static_cast<int>(config.parameter_server.backup_workers);
+    try {
+      if (f >= workers) {
+        throw ConfigError(
+            fmt::format("f = {} attacking workers needs f < W = {} workers", f, workers));
+      }
+      aggregator->check_inputs(aggregated);
+      if (attack && attack->name() == "alie") aggregate::alie_z(workers, f);
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format(
+          "config keys 'data_parallel.aggregator' = \"{}\" ({}), 'data_parallel.attack' = "
+          "\"{}\" and 'data_parallel.byzantine' = {} on W = {} parameter-server workers: {}",
+          dp.aggregator, where("data_parallel.aggregator"), dp.attack, f, workers, e.what()));
+    }
+    return;
+  }
+  if (strategy != "data_parallel" || comm::launched_by_mpirun()) return;
   const auto ranks = static_cast<int>(config.parallel.workers);
   const auto f = static_cast<int>(dp.byzantine);
   if (f >= ranks) {
@@ -1097,7 +1190,31 @@ void validate_impl(const Config& config, const Provenance& provenance,
   }
   // Text windows carry a label per position, which only the transformer predicts.
   const bool text = config.data.dataset == "text";
-  if (text != (config.model.name == "gpt")) {
+  // A layer list (model.name = "layers") is a language model when it starts with an embedding.
+  const bool layers = config.model.name == "layers";
+  if (layers && config.model.layers.empty()) {
+    throw ConfigError(fmt::format(
+        "config key 'model.name' = \"layers\" ({}) needs the layers: [[model.layer]] tables, each "
+        "with a kind and its parameters (docs/MODELS.md; examples/models/ has the shipped models)",
+        where("model.name")));
+  }
+  if (!layers && !config.model.layers.empty()) {
+    throw ConfigError(
+        fmt::format("[[model.layer]] tables ({}) are read only with model.name = \"layers\", but "
+                    "'model.name' = \"{}\" ({}); set model.name = \"layers\" or remove the tables",
+                    where("model.layer"), config.model.name, where("model.name")));
+  }
+  if (layers) nn::check_layer_list(config.model.layers, "model.layer", where("model.layer"));
+  const bool language_layers =
+      layers && !config.model.layers.empty() && config.model.layers[0].kind == "embedding";
+  if (layers && text != language_layers) {
+    throw ConfigError(fmt::format(
+        "config keys 'model.layer' ({}) and 'data.dataset' = \"{}\" ({}) do not fit together; "
+        "a layer list whose first layer is an embedding reads data set \"text\" (a byte per "
+        "position), and that data set needs one",
+        where("model.layer"), config.data.dataset, where("data.dataset")));
+  }
+  if (!layers && text != (config.model.name == "gpt")) {
     throw ConfigError(fmt::format(
         "config keys 'model.name' = \"{}\" ({}) and 'data.dataset' = \"{}\" ({}) do not fit "
         "together; model \"gpt\" reads data set \"text\" (a byte per position) and that data set "
@@ -1178,7 +1295,7 @@ void validate_impl(const Config& config, const Provenance& provenance,
                                   config.federated.partition, where("federated.partition"),
                                   e.what()));
   }
-  if (strategy == "pipeline") {
+  if (strategy == "pipeline" || (strategy == "hybrid" && config.hybrid.pp > 1)) {
     const auto& pl = config.pipeline;
     if (config.train.accumulate_steps > 1) {
       throw ConfigError(fmt::format(
@@ -1194,6 +1311,16 @@ void validate_impl(const Config& config, const Provenance& provenance,
           pl.micro_batches, where("pipeline.micro_batches"), config.train.batch_size));
     }
   }
+  if (config.optim.name == "onebit_adam" &&
+      (strategy != "data_parallel" || dp.compression != "none" || dp.zero_stage == "1" ||
+       dp.aggregator != "mean")) {
+    throw ConfigError(fmt::format(
+        "config key 'optim.name' = \"onebit_adam\" ({}) exchanges its own 1-bit momentum in "
+        "allreduce training: it needs parallel.strategy = \"data_parallel\" (now \"{}\"), "
+        "data_parallel.compression = \"none\" (now \"{}\"), zero_stage 0 or auto (now {}) "
+        "and the mean aggregator (now {})",
+        where("optim.name"), strategy, dp.compression, dp.zero_stage, dp.aggregator));
+  }
   if (strategy == "parameter_server" && config.optim.name == "lars") {
     throw ConfigError(fmt::format(
         "config key 'optim.name' = \"lars\" ({}) needs whole-tensor norms, which a parameter "
@@ -1201,7 +1328,8 @@ void validate_impl(const Config& config, const Provenance& provenance,
         "\"parameter_server\"",
         where("optim.name")));
   }
-  if (dp.zero_stage == "1" && strategy != "data_parallel") {
+  // hybrid: ZeRO-1 on the grid's data axis (strategies/hybrid/data_axis.h).
+  if (dp.zero_stage == "1" && strategy != "data_parallel" && strategy != "hybrid") {
     throw ConfigError(fmt::format(
         "config key '{}' = {} ({}) shards the optimizer of allreduce training (strategy "
         "data_parallel); parallel.strategy = \"{}\" keeps its own state (set zero_stage = 0 or "
@@ -1235,6 +1363,19 @@ void validate_impl(const Config& config, const Provenance& provenance,
       throw ConfigError(fmt::format("config key '{}' = \"{}\" ({}): {}",
                                     key("parameter_server.compression"), ps.compression,
                                     where("parameter_server.compression"), e.what()));
+    }
+  }
+  if (dp.momentum_correction > 0.0) {
+    const compress::CodecKind kind = compress::parse_codec(dp.compression).kind;
+    if (kind == compress::CodecKind::kNone || kind == compress::CodecKind::kPowerSgd ||
+        dp.error_feedback == "false" || config.optim.momentum != 0.0) {
+      throw ConfigError(fmt::format(
+          "config key '{}' = {} ({}) moves the momentum into the codec's input (Deep Gradient "
+          "Compression): it needs a codec other than none and powersgd (now \"{}\"), error "
+          "feedback (now {}) and optim.momentum = 0 (now {}; set the same beta here instead)",
+          key("data_parallel.momentum_correction"), dp.momentum_correction,
+          where("data_parallel.momentum_correction"), dp.compression, dp.error_feedback,
+          config.optim.momentum));
     }
   }
   if (dp.compression != "none" && dp.zero_stage == "1") {
@@ -1332,6 +1473,24 @@ std::vector<std::string> ignored_settings(const Config& config) {
   // A section read by one strategy, set away from its defaults under another.
   const auto section_note = [&](const char* section, bool is_default) {
     if (strategy == section || is_default) return;
+    // The grid runs the pipeline and the tensor split with their own sections (each only when
+    // its axis is split), and reads data_parallel.zero_stage alone for its data axis.
+    if (strategy == "hybrid") {
+      const std::string_view name(section);
+      if ((name == "pipeline" && config.hybrid.pp > 1) ||
+          (name == "tensor_parallel" && config.hybrid.tp > 1)) {
+        return;
+      }
+      if (name == "data_parallel") {
+        DataParallelSection others = config.data_parallel;
+        others.zero_stage = DataParallelSection{}.zero_stage;
+        if (others == DataParallelSection{}) return;
+        ignored.push_back(
+            "[data_parallel] keys other than zero_stage are ignored: under parallel.strategy = "
+            "\"hybrid\" the grid's data axis is a plain ring allreduce (or ZeRO-1)");
+        return;
+      }
+    }
     ignored.push_back(
         fmt::format("[{}] keys are ignored: they apply to parallel.strategy = \"{}\", not \"{}\"",
                     section, section, strategy));
@@ -1344,6 +1503,7 @@ std::vector<std::string> ignored_settings(const Config& config) {
   section_note("pipeline", config.pipeline == PipelineSection{});
   section_note("federated", config.federated == FederatedSection{});
   section_note("tensor_parallel", config.tensor_parallel == TensorParallelSection{});
+  section_note("hybrid", config.hybrid == HybridSection{});
   const ScheduleSection& s = config.schedule;
   if (s.warmup == "gradual" && (s.scaling == "none" || config.train.batch_size == s.base_batch)) {
     ignored.push_back(fmt::format(
@@ -1372,6 +1532,12 @@ std::string to_toml(const Config& config) {
       if (field.section != std::string_view(section)) continue;
       out += fmt::format("# {} ({})\n{} = {}\n", field.help, range_text(field), field.key,
                          toml_value(field));
+    }
+    if (std::string_view(section) == "model") {
+      out +=
+          "# layers: the model as [[model.layer]] tables after these keys, each a kind and its "
+          "parameters (docs/MODELS.md, examples/models/)\n";
+      out += model_layers_toml(config.model.layers);
     }
   }
   return out;

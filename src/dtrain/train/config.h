@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "dtrain/nn/layer_list.h"
+
 namespace dtrain::train {
 
 // The most ranks (threads) parallel.workers may start in one process.
@@ -20,7 +22,8 @@ inline constexpr int kMaxWorkers = 1024;
 
 // [model]: what nn::build_model builds (see nn/model_zoo.h for the meaning of each key).
 struct ModelSection {
-  std::string name = "mlp";  // mlp | lenet5 | resnet | gpt | logistic | svm (the last two: hogwild)
+  // mlp | lenet5 | resnet | gpt | layers | logistic | svm (the last two: hogwild)
+  std::string name = "mlp";
   std::vector<std::int64_t> hidden{256, 256};  // mlp hidden widths
   std::string activation = "relu";
   double activation_alpha = 0.01;
@@ -34,6 +37,9 @@ struct ModelSection {
   std::int64_t gpt_layers = 4;
   std::int64_t gpt_heads = 4;
   std::int64_t gpt_dim = 128;
+  // layers: the [[model.layer]] tables (nn/layer_list.h, docs/MODELS.md), outside the key table:
+  // read and written by model_layers_config.h.
+  nn::LayerList layers;
   bool operator==(const ModelSection&) const = default;
 };
 
@@ -105,7 +111,7 @@ struct TrainSection {
 
 // [optim]: optim::OptimizerConfig; lr is the schedule's base learning rate.
 struct OptimSection {
-  std::string name = "sgd";  // sgd | adam | adamw | lars
+  std::string name = "sgd";  // sgd | adam | adamw | lars | onebit_adam
   double lr = 0.1;
   double momentum = 0.0;  // sgd, lars only (adam and adamw reject a non-zero value)
   bool nesterov = false;
@@ -114,6 +120,7 @@ struct OptimSection {
   double beta2 = 0.999;
   double eps = 1e-8;
   double trust_coefficient = 0.001;
+  std::int64_t freeze_step = 100;  // onebit_adam: exact Adam steps before the 1-bit phase
   bool operator==(const OptimSection&) const = default;
 };
 
@@ -166,6 +173,9 @@ struct DataParallelSection {
   std::string compression = "none";
   std::string error_feedback = "auto";        // auto (the codec's default) | true | false
   std::int64_t compression_warmup_steps = 0;  // steps exchanged exactly before the codec starts
+  // DGC's momentum correction (Lin et al. 2018): each rank's velocity u = beta u + g goes through
+  // the codec instead of g, and what is sent restarts its u; optim.momentum must then be 0.
+  double momentum_correction = 0.0;
   // Byzantine-robust aggregation (docs/ROBUST.md, parallel/reducers/robust_reducer.h): an
   // aggregate/ spec other than "mean" allgathers each bucket and aggregates the P gradients;
   // "mean" without attack is the plain allreduce.
@@ -244,6 +254,17 @@ struct TensorParallelSection {
   bool operator==(const TensorParallelSection&) const = default;
 };
 
+// [hybrid], read by parallel.strategy = "hybrid" (strategies/hybrid/, docs/HYBRID.md): a process
+// grid of dp x tp x pp ranks (parallel/process_grid.h); the pipeline reads [pipeline], the tensor
+// split [tensor_parallel].
+struct HybridSection {
+  std::int64_t dp = 1;             // data-parallel replicas
+  std::int64_t tp = 1;             // ranks of each tensor-parallel group
+  std::int64_t pp = 1;             // stages of each pipeline
+  std::string order = "tp-dp-pp";  // axes from the fastest-varying rank index: tp-dp-pp | tp-pp-dp
+  bool operator==(const HybridSection&) const = default;
+};
+
 struct Config {
   ModelSection model;
   DataSection data;
@@ -258,6 +279,7 @@ struct Config {
   PipelineSection pipeline;
   TensorParallelSection tensor_parallel;
   FederatedSection federated;
+  HybridSection hybrid;
   // Sentences about how the text was written rather than what the run does (an old key name that
   // still works): printed with ignored_settings(). Two configs that train the same compare equal
   // whatever their notes.

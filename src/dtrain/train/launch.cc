@@ -26,6 +26,7 @@
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/train/memory_budget.h"
+#include "dtrain/train/standby.h"
 #include "dtrain/train/strategy_registry.h"
 #include "dtrain/train/supervisor.h"
 
@@ -199,11 +200,16 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
   // The start-up watchdog of MPI_Init (initialised by the first mpi_world_rank() below) waits as
   // long as every other wait of the run.
   if (comm::launched_by_mpirun()) comm::set_mpi_start_timeout(comm_options(config).timeout);
-  if (!comm::launched_by_mpirun() || comm::mpi_world_rank() == 0) {
+  // (A warm standby says nothing: the run it stands by for has said it.)
+  if (!is_standby() && (!comm::launched_by_mpirun() || comm::mpi_world_rank() == 0)) {
     for (const std::string& ignored : ignored_settings(config)) log::warn("{}", ignored);
   }
   const StrategyInfo& strategy = find_strategy(config.parallel.strategy);
   if (options.make_model) check_takes_model_factory(strategy);
+  // A warm standby (standby.h) of a strategy whose ranks are not each a Trainer (Hogwild!,
+  // parameter servers, federated averaging) waits here, before anything runs: a server would
+  // start serving, a Hogwild! thread training. The others wait in Trainer::run, built and warm.
+  if (strategy.run_whole || strategy.run_rank) wait_until_activated();
   if (strategy.run_whole) return strategy.run_whole(config, options);
   if (comm::launched_by_mpirun()) return run_under_mpi(config, options);
   const int workers = strategy.thread_ranks ? strategy.thread_ranks(config)
@@ -228,12 +234,37 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
   return with_in_process_restarts(config, options, [&](const TrainerOptions& attempt) {
     RunSummary summary;
     std::mutex summary_mutex;
-    comm::spawn_ranks(
-        workers,
-        [&](comm::Communicator& comm) {
-          train_rank(comm, config, attempt, data, summary, summary_mutex);
-        },
-        comm_options(config), rank_pinning(config));
+    bool rank0_finished = false;
+    const auto started = fs::file_time_type::clock::now();
+    try {
+      comm::spawn_ranks(
+          workers,
+          [&](comm::Communicator& comm) {
+            train_rank(comm, config, attempt, data, summary, summary_mutex);
+            if (comm.rank() == 0) {
+              std::lock_guard<std::mutex> lock(summary_mutex);
+              rank0_finished = true;
+            }
+          },
+          comm_options(config), rank_pinning(config));
+    } catch (const comm::CommError& e) {
+      // A rank whose communication failed after rank 0 finished the run and wrote its results
+      // (summary.json, this attempt) costs the run nothing: a parameter-server worker counted
+      // dead that woke after the servers had finished. Its error is a warning. Any other error,
+      // or one before rank 0 finished (a stop by a signal writes no summary), stands.
+      bool finished = false;
+      {
+        std::lock_guard<std::mutex> lock(summary_mutex);
+        finished = rank0_finished;
+      }
+      std::error_code ec;
+      const fs::path written = fs::path(attempt.run_dir) / "summary.json";
+      if (!finished || !fs::exists(written, ec) || fs::last_write_time(written, ec) < started) {
+        throw;
+      }
+      log::warn("{} (after rank 0 had finished the run and written its results, which stand)",
+                e.what());
+    }
     return summary;
   });
 }

@@ -7,10 +7,12 @@
 #include "dtrain/train/strategies/decentralized/decentralized_sgd.h"
 #include "dtrain/train/strategies/federated/federated_run.h"
 #include "dtrain/train/strategies/hogwild/hogwild_run.h"
+#include "dtrain/train/strategies/hybrid/hybrid_strategy.h"
 #include "dtrain/train/strategies/local_sgd/local_sgd.h"
 #include "dtrain/train/strategies/parameter_server/ps_run.h"
 #include "dtrain/train/strategies/pipeline/pipeline_strategy.h"
 #include "dtrain/train/strategies/single_worker.h"
+#include "dtrain/train/strategies/spatial/spatial_strategy.h"
 #include "dtrain/train/strategies/tensor_parallel/tensor_parallel_strategy.h"
 #include "dtrain/train/trainer.h"
 
@@ -23,6 +25,18 @@ template <typename Parallel>
 std::unique_ptr<Strategy> replicas(const StrategyContext& context) {
   if (context.comm == nullptr) return std::make_unique<SingleWorker>(context);
   return std::make_unique<Parallel>(context);
+}
+
+int hybrid_thread_ranks(const Config& config) {
+  const HybridSection& h = config.hybrid;
+  const std::int64_t grid = h.dp * h.tp * h.pp;
+  if (config.parallel.workers != 1 && config.parallel.workers != grid) {
+    throw ConfigError(fmt::format(
+        "parallel.workers = {} but the grid hybrid.dp x tp x pp = {} x {} x {} = {}: the grid "
+        "sets the number of ranks; drop --workers or make it {}",
+        config.parallel.workers, h.dp, h.tp, h.pp, grid, grid));
+  }
+  return static_cast<int>(grid);
 }
 
 std::vector<StrategyInfo> make_registry() {
@@ -83,6 +97,21 @@ std::vector<StrategyInfo> make_registry() {
       "by outputs (seed 003's all-gather form)",
       "docs/TENSOR_PARALLEL.md", replicas<TensorParallel>, nullptr, nullptr, nullptr,
       /*pin_ranks=*/true});
+  // thread_ranks: the grid sets the ranks (dp x tp x pp); parallel.workers, when set, must agree.
+  registry.push_back(StrategyInfo{
+      "hybrid",
+      "a process grid hybrid.dp x hybrid.tp x hybrid.pp (--dp, --tp, --pp): data parallelism "
+      "around pipeline or tensor parallelism, each stage's or shard's gradients summed over its "
+      "data group (ZeRO-1 with data_parallel.zero_stage = 1)",
+      "docs/HYBRID.md", replicas<Hybrid>, hybrid_thread_ranks, nullptr, nullptr,
+      /*pin_ranks=*/true});
+  registry.push_back(StrategyInfo{
+      "spatial",
+      "spatial parallelism: every image's rows split over the ranks through the convolutional "
+      "layers, boundary rows traded with the neighbour ranks (halo exchange), the bands gathered "
+      "before the fully connected head",
+      "docs/SPATIAL.md", replicas<Spatial>, nullptr, nullptr, nullptr,
+      /*pin_ranks=*/true, /*takes_model_factory=*/true});
   return registry;
 }
 

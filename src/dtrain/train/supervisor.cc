@@ -1,5 +1,6 @@
 #include "dtrain/train/supervisor.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -38,16 +39,26 @@ constexpr double kMaxBackoffSeconds = 30.0;
 // core's time spent looking).
 constexpr auto kPoll = std::chrono::milliseconds(10);
 
+// The fd a standby reads its activation from (standby.h): the pipe's read end, dup2-ed here.
+constexpr int kStandbyFd = 3;
+
 // Starts `argv` with the supervisor's environment plus DTRAIN_ERROR_FILE; returns its pid.
-pid_t start_child(const std::vector<std::string>& argv, const std::string& error_file) {
+// `standby_read_fd` >= 0: the child is a warm standby reading its activation from that pipe end
+// (as fd kStandbyFd, named by DTRAIN_STANDBY_FD).
+pid_t start_child(const std::vector<std::string>& argv, const std::string& error_file,
+                  int standby_read_fd = -1) {
   std::vector<char*> args;
   for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "DTRAIN_ERROR_FILE=", 18) != 0) env_strings.emplace_back(*e);
+    if (std::strncmp(*e, "DTRAIN_ERROR_FILE=", 18) != 0 &&
+        std::strncmp(*e, "DTRAIN_STANDBY_FD=", 18) != 0) {
+      env_strings.emplace_back(*e);
+    }
   }
   env_strings.push_back("DTRAIN_ERROR_FILE=" + error_file);
+  if (standby_read_fd >= 0) env_strings.push_back(fmt::format("DTRAIN_STANDBY_FD={}", kStandbyFd));
   std::vector<char*> env;
   for (std::string& e : env_strings) env.push_back(e.data());
   env.push_back(nullptr);
@@ -59,8 +70,15 @@ pid_t start_child(const std::vector<std::string>& argv, const std::string& error
   posix_spawnattr_init(&attributes);
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
   posix_spawnattr_setpgroup(&attributes, 0);
+  // The pipe is opened close-on-exec, so that only the standby holds its read end (dup2 clears
+  // the flag on the copy) and no other child holds the write end (the standby sees EOF when the
+  // supervisor goes away).
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (standby_read_fd >= 0) posix_spawn_file_actions_adddup2(&actions, standby_read_fd, kStandbyFd);
   pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, args[0], nullptr, &attributes, args.data(), env.data());
+  const int rc = posix_spawnp(&pid, args[0], &actions, &attributes, args.data(), env.data());
+  posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
   if (rc != 0) {
     throw Error(fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
@@ -68,13 +86,64 @@ pid_t start_child(const std::vector<std::string>& argv, const std::string& error
   return pid;
 }
 
+// A warm standby: its pid, the write end of its activation pipe, and the command it runs.
+struct Standby {
+  pid_t pid = -1;
+  int fd = -1;
+  std::vector<std::string> command;
+  std::string error_file;  // its own DTRAIN_ERROR_FILE: a failing standby must not pose as the run
+};
+
+Standby start_standby(const std::vector<std::string>& command, const std::string& error_file) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    throw Error(
+        fmt::format("supervisor: cannot make the warm standby's pipe: {}", std::strerror(errno)));
+  }
+  Standby standby;
+  try {
+    standby.pid = start_child(command, error_file, fds[0]);
+  } catch (...) {
+    close(fds[0]);
+    close(fds[1]);
+    throw;
+  }
+  close(fds[0]);
+  standby.fd = fds[1];
+  standby.command = command;
+  standby.error_file = error_file;
+  return standby;
+}
+
+// Reaps `pid`, retrying when a signal interrupts the wait.
+void reap(pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+// Ends a standby that is not needed: its pipe closed and SIGKILL (it holds nothing to save: it
+// has read no checkpoint), then reaped.
+void dismiss(Standby& standby) {
+  if (standby.pid < 0) return;
+  if (standby.fd >= 0) close(standby.fd);
+  kill(standby.pid, SIGKILL);
+  reap(standby.pid);
+  std::error_code ec;
+  fs::remove(standby.error_file, ec);
+  standby = Standby{};
+}
+
 // Waits for `pid`, passing on the first SIGTERM / SIGINT the supervisor receives; returns the
 // wait status and sets `forwarded` to the signal passed on (0: none). `grow`: when it returns
-// true, the child is asked to stop (SIGTERM) once, and `growing` is set.
-int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, bool& growing) {
+// true, the child is asked to stop (SIGTERM) once, and `growing` is set. `poll`: called at each
+// look (the warm standby's upkeep).
+int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, bool& growing,
+               const std::function<void()>& poll) {
   forwarded = 0;
   growing = false;
   for (;;) {
+    if (poll) poll();
     if (!growing && forwarded == 0 && grow && grow()) {
       growing = true;
       kill(pid, SIGTERM);
@@ -194,6 +263,9 @@ std::optional<std::string> memory_folder_of(const std::string& run_dir) {
 
 int supervise(const SupervisorOptions& options) {
   install_stop_handlers();
+  // A write to a standby that died since it was last looked at must fail with EPIPE, not end
+  // the supervisor.
+  std::signal(SIGPIPE, SIG_IGN);
   std::error_code ec;
   fs::create_directories(options.run_dir, ec);
   const std::string error_file = (fs::path(options.run_dir) / ".child-errors").string();
@@ -204,19 +276,66 @@ int supervise(const SupervisorOptions& options) {
   // an attempt that checkpointed further starts it over.
   int stalled = 0;
   std::int64_t best_step = -1;
+  // The warm standby, dismissed on every way out of supervision.
+  Standby standby;
+  struct Dismisser {
+    Standby& standby;
+    ~Dismisser() { dismiss(standby); }
+  } dismisser{standby};
+  bool standby_failed = false;              // a standby that ended by itself is not started again
+  pid_t activated = -1;                     // the standby that took over from the last attempt
+  std::string attempt_errors = error_file;  // the running child's DTRAIN_ERROR_FILE
+  int standbys_started = 0;
+  const fs::path resolved = fs::path(options.run_dir) / "resolved.toml";
   for (int restart = 0;; ++restart) {
     const int launch = restart + grows;  // restarts so far, of either kind
-    fs::remove(error_file, ec);
     const auto attempt_start = fs::file_time_type::clock::now();
     Stopwatch attempt;
-    const pid_t pid = start_child(command, error_file);
+    // A woken standby writes its errors where it was told to, its own file.
+    if (activated < 0) {
+      attempt_errors = error_file;
+      fs::remove(attempt_errors, ec);
+    }
+    const pid_t pid = activated >= 0 ? activated : start_child(command, attempt_errors);
+    activated = -1;
     int forwarded = 0;
     bool growing = false;
     std::function<bool()> grow;
     if (options.can_grow) {
       grow = [&] { return attempt.seconds() >= options.grow_after_seconds && options.can_grow(); };
     }
-    const int status = wait_child(pid, forwarded, grow, growing);
+    std::function<void()> upkeep;
+    if (options.warm_standby) {
+      upkeep = [&] {
+        if (standby.pid >= 0) {
+          int status = 0;
+          if (waitpid(standby.pid, &status, WNOHANG) == standby.pid) {
+            close(standby.fd);
+            fs::remove(standby.error_file, ec);
+            standby = Standby{};
+            standby_failed = true;
+            log::warn(
+                "supervisor: the warm standby ended with {} before it was needed; restarts start "
+                "a new process (see the error above)",
+                describe_wait_status(status));
+          }
+          return;
+        }
+        if (standby_failed || attempt.seconds() < options.warm_standby_after_seconds ||
+            !fs::exists(resolved, ec)) {
+          return;
+        }
+        try {
+          const std::string own = fmt::format("{}.standby-{}", error_file, ++standbys_started);
+          fs::remove(own, ec);
+          standby = start_standby(options.restart_command(launch + 1, -1), own);
+        } catch (const Error& e) {
+          standby_failed = true;
+          log::warn("supervisor: no warm standby: {}", e.what());
+        }
+      };
+    }
+    const int status = wait_child(pid, forwarded, grow, growing, upkeep);
     const double ran = attempt.seconds();
     // A run that wrote its summary.json during this attempt had finished: a process that died
     // after that (an mpirun job torn down at its end, a grow stop that came too late) costs
@@ -253,7 +372,8 @@ int supervise(const SupervisorOptions& options) {
       continue;
     }
     if (forwarded != 0 || !restartable(status)) return exit_code_of(status);
-    const std::string cause_line = last_error_line(error_file);
+    const std::string cause_line = last_error_line(attempt_errors);
+    if (attempt_errors != error_file) fs::remove(attempt_errors, ec);  // a woken standby's
     const std::string how = describe_wait_status(status);
     if (restart >= options.max_restarts) {
       log::warn("supervisor: the run ended with {} and all {} restarts are spent; giving up ({})",
@@ -300,22 +420,51 @@ int supervise(const SupervisorOptions& options) {
     record["backoff_seconds"] = backoff;
     command = options.restart_command(launch + 1, failed_rank);
     record["command"] = command;
+    const bool warm = standby.pid >= 0 && standby.command == command;
+    record["warm_standby"] = warm;
     {
       std::ofstream out(log_path, std::ios::app);
       out << record.dump() << "\n";
       if (!out) log::warn("supervisor: cannot append to {}; restarting anyway", log_path);
     }
     log::warn(
-        "supervisor: the run ended with {}{}; restart {} of {} in {:.1f} s from {} (logged in {})",
+        "supervisor: the run ended with {}{}; restart {} of {} in {:.1f} s from {}{} (logged in "
+        "{})",
         how, cause_line.empty() ? "" : ": " + cause_line.substr(7), restart + 1,
         options.max_restarts, backoff,
         record["checkpoint"].is_string() ? record["checkpoint"].get<std::string>()
                                          : std::string("the beginning"),
-        log_path);
+        warm ? " by the warm standby" : "", log_path);
     Stopwatch waited;
     while (waited.seconds() < backoff) {
       if (stop_requested() != 0) return 128 + stop_requested();
       std::this_thread::sleep_for(kPoll);
+    }
+    if (warm) {
+      // One byte wakes it; it then reads the newest checkpoint there is now. One that ended
+      // during the back-off is reaped here and a new process starts instead.
+      const char go = 'g';
+      int ended = 0;
+      const bool alive = waitpid(standby.pid, &ended, WNOHANG) == 0;
+      const bool woken = alive && write(standby.fd, &go, 1) == 1;
+      if (woken) {
+        close(standby.fd);
+        activated = standby.pid;
+        attempt_errors = standby.error_file;
+        fs::remove(error_file, ec);
+        standby = Standby{};
+      } else {
+        log::warn("supervisor: the warm standby could not be woken ({}); starting a new process",
+                  alive ? std::strerror(errno) : describe_wait_status(ended));
+        if (alive) {
+          dismiss(standby);
+        } else {
+          close(standby.fd);
+          standby = Standby{};
+        }
+      }
+    } else {
+      dismiss(standby);  // built for another command (or none was ready)
     }
   }
 }

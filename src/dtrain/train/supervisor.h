@@ -46,6 +46,13 @@ struct SupervisorOptions {
   // The child is a launcher (mpirun) that ends with a status of its own when the signal it passed
   // on stopped dtrain: any non-zero status then ends a grow stop, not only dtrain's 143.
   bool child_is_launcher = false;
+  // Warm standby (standby.h): once the run folder holds resolved.toml and the running child has
+  // run warm_standby_after_seconds, keep one process of restart_command(k, -1) started and
+  // waiting; a restart whose command is the standby's activates it (one byte on a pipe) instead of
+  // starting a process. Not with elastic membership or a launcher (restart_command must not
+  // depend on the failure). Restarts it served are logged with "warm_standby": true.
+  bool warm_standby = false;
+  double warm_standby_after_seconds = 1.0;
   std::string run_dir;  // holds restarts.jsonl, metrics.jsonl and checkpoints/
   int max_restarts = 0;
   // Before a restart: backoff_seconds x 2^k, at most 30 s, where k counts the failures in a row

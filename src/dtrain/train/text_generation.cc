@@ -82,10 +82,12 @@ std::string generate_text(const GenerateOptions& options) {
     throw ConfigError("--prompt is empty; give the text to continue, e.g. --prompt \"Q: \"");
   }
   const Config config = load_config(resolved);
-  if (config.model.name != "gpt") {
+  // A text run is a gpt or a layer list that starts with an embedding (validate() holds to that).
+  if (config.data.dataset != "text") {
     throw ConfigError(fmt::format(
-        "--run {} trained model.name = \"{}\"; dtrain generate samples text from gpt runs (e.g. "
-        "examples/fortunes_gpt.toml)",
+        "--run {} trained model.name = \"{}\"; dtrain generate samples text from gpt runs and "
+        "layer lists that start with an embedding (examples/fortunes_gpt.toml, "
+        "examples/models/gpt.toml)",
         options.run_dir, config.model.name));
   }
   const std::vector<bool> seen = training_bytes(config.data);

@@ -26,6 +26,7 @@
 #include "dtrain/train/fault_injection.h"
 #include "dtrain/train/memory_checkpoint.h"
 #include "dtrain/train/progress.h"
+#include "dtrain/train/standby.h"
 #include "dtrain/train/statistics.h"
 #include "dtrain/train/strategy_registry.h"
 
@@ -110,6 +111,7 @@ nn::ModelSpec model_spec(const ModelSection& config, const tensor::Shape& sample
   spec.layers = config.gpt_layers;
   spec.init = config.init;
   spec.init_sigma = static_cast<float>(config.init_sigma);
+  spec.layer_list = config.layers;
   return spec;
 }
 
@@ -123,6 +125,7 @@ optim::OptimizerConfig optimizer_config(const OptimSection& config) {
   out.beta2 = config.beta2;
   out.eps = config.eps;
   out.trust_coefficient = config.trust_coefficient;
+  out.freeze_step = config.freeze_step;
   return out;
 }
 
@@ -288,7 +291,30 @@ void Trainer::prepare_run_dir() {
   }
 }
 
+void Trainer::warm_up_as_standby() {
+  const bool local_step = world_ == 1 || (config_.parallel.strategy == "data_parallel" &&
+                                          !config_.data_parallel.sync_batch_norm);
+  if (!local_step || data_->train.size() == 0) return;
+  const std::int64_t batch = config_.train.batch_size;
+  const std::int64_t share =
+      std::min(std::max<std::int64_t>(1, batch / world_), data_->train.size());
+  std::vector<std::int64_t> indices(static_cast<std::size_t>(share));
+  std::iota(indices.begin(), indices.end(), std::int64_t{0});
+  tensor::Tensor x;
+  std::vector<std::int32_t> y;
+  data::gather_batch(data_->train, indices, x, y);
+  nn::ParamStore& store = model_->store();
+  const std::vector<float> buffers(store.buffers(), store.buffers() + store.num_buffer_elements());
+  local_->compute(x, y, 0, static_cast<double>(batch));
+  std::copy(buffers.begin(), buffers.end(), store.buffers());
+  store.zero_grads();
+}
+
 RunSummary Trainer::run() {
+  // A warm standby sleeps here, built, loaded and warmed up, until the supervisor needs it
+  // (standby.h).
+  if (is_standby()) warm_up_as_standby();
+  wait_until_activated();
   Stopwatch wall;
   const TrainSection& t = config_.train;
   const fs::path dir(options_.run_dir);

@@ -1,6 +1,8 @@
 // dtrain bench: measured figures, printed as a table or as JSON rows.
 //   dtrain bench train   training samples/s per model and thread count (train/train_benchmark.h)
 //   dtrain bench gemm    tensor::gemm GFLOP/s at 1024^3 and at the training step's shapes
+//   dtrain bench spatial 3x3 convolutions unsplit vs split along the image height over P ranks
+//                        (experiments/spatial_benchmark.h), seed 003's table
 //   dtrain bench compression  encode + decode time of each gradient codec beside memcpy
 //   dtrain bench scaling training speedup over one worker, worker counts alternating in one
 //                        process so that the host's noise cancels (train/scaling_benchmark.h)
@@ -25,6 +27,7 @@
 #include "dtrain/experiments/compression_benchmark.h"
 #include "dtrain/experiments/gemm_benchmark.h"
 #include "dtrain/experiments/scaling_benchmark.h"
+#include "dtrain/experiments/spatial_benchmark.h"
 #include "dtrain/experiments/train_benchmark.h"
 
 namespace dtrain::apps {
@@ -271,6 +274,49 @@ void run_bench_collectives(const experiments::CollectiveBenchmarkOptions& option
   }
 }
 
+// Seed 003's spatial-parallelism table (experiments/spatial_benchmark.h).
+void run_bench_spatial(const experiments::SpatialBenchmarkOptions& options, bool json) {
+  experiments::check_spatial_benchmark(options);  // before the table's header
+  if (!json) {
+    fmt::print(
+        "3x3 conv x {}, batch {}, {} channels; ranks are threads, one compute thread each; "
+        "halo B: bytes an inner rank sends per layer and neighbour, forward\n",
+        options.layers, options.batch, options.channels);
+    fmt::print("{:>10} {:>5} {:>18} {:>18} {:>18} {:>18} {:>11} {:>11}\n", "resolution", "ranks",
+               "forward ms (x)", "backward ms (x)", "fwd CPU ms (x)", "bwd CPU ms (x)",
+               "fwd GFLOP/s", "halo B");
+  }
+  const auto rows = experiments::run_spatial_benchmark(
+      options, [json](const experiments::SpatialBenchmarkRow& row) {
+        if (json) return;
+        fmt::print("{:>10} {:>5} {:>18} {:>18} {:>18} {:>18} {:>11.1f} {:>11.0f}\n",
+                   fmt::format("{}x{}", row.resolution, row.resolution), row.ranks,
+                   fmt::format("{:.2f} ({:.2f}x)", row.forward_ms, row.forward_speedup),
+                   fmt::format("{:.2f} ({:.2f}x)", row.backward_ms, row.backward_speedup),
+                   fmt::format("{:.2f} ({:.2f}x)", row.forward_cpu_ms, row.forward_cpu_speedup),
+                   fmt::format("{:.2f} ({:.2f}x)", row.backward_cpu_ms, row.backward_cpu_speedup),
+                   row.forward_gflops, row.halo_bytes_per_layer);
+      });
+  if (!json) return;
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& row : rows) {
+    out.push_back({{"bench", "spatial"},
+                   {"resolution", row.resolution},
+                   {"ranks", row.ranks},
+                   {"forward_ms", row.forward_ms},
+                   {"backward_ms", row.backward_ms},
+                   {"forward_speedup", row.forward_speedup},
+                   {"backward_speedup", row.backward_speedup},
+                   {"forward_cpu_ms", row.forward_cpu_ms},
+                   {"backward_cpu_ms", row.backward_cpu_ms},
+                   {"forward_cpu_speedup", row.forward_cpu_speedup},
+                   {"backward_cpu_speedup", row.backward_cpu_speedup},
+                   {"forward_gflops", row.forward_gflops},
+                   {"halo_bytes_per_layer_per_neighbour", row.halo_bytes_per_layer}});
+  }
+  fmt::print("{}\n", out.dump(2));
+}
+
 }  // namespace
 
 Command add_bench_command(CLI::App& app) {
@@ -281,6 +327,8 @@ Command add_bench_command(CLI::App& app) {
     std::vector<std::string> scaling_sets;
     std::vector<int> gemm_threads{1, 2};
     int gemm_repeats = 5;
+    experiments::SpatialBenchmarkOptions spatial;
+    CLI::App* spatial_cmd = nullptr;  // `dtrain bench spatial`, to see whether it was given
     experiments::CollectiveBenchmarkOptions collectives;
     std::vector<std::string> collective_sizes;
     std::string collective_segment;
@@ -369,6 +417,29 @@ Command add_bench_command(CLI::App& app) {
       ->check(at_least(1));
   gemm_cmd->add_flag("--json", flags->json, "print a JSON list of rows instead of a table");
 
+  CLI::App* spatial_cmd = flags->spatial_cmd = bench->add_subcommand(
+      "spatial",
+      "Forward and backward time of 3x3 convolutions unsplit on one rank and split along the "
+      "image height over P rank threads (halo exchange; docs/SPATIAL.md), seed 003's table.\n"
+      "Example: dtrain bench spatial --resolutions 64,256 --ranks 1,2");
+  spatial_cmd->add_option("--resolutions", flags->spatial.resolutions, "image sizes R (R x R)")
+      ->delimiter(',')
+      ->capture_default_str();
+  spatial_cmd->add_option("--ranks", flags->spatial.ranks, "rank counts, the first 1")
+      ->delimiter(',')
+      ->capture_default_str();
+  spatial_cmd->add_option("--batch", flags->spatial.batch, "images per pass")
+      ->capture_default_str();
+  spatial_cmd->add_option("--channels", flags->spatial.channels, "channels in and out")
+      ->capture_default_str();
+  spatial_cmd->add_option("--layers", flags->spatial.layers, "3x3 convolutions in the stack")
+      ->capture_default_str();
+  spatial_cmd->add_option("--rounds", flags->spatial.rounds, "alternating rounds (median)")
+      ->capture_default_str();
+  spatial_cmd->add_option("--iterations", flags->spatial.iterations, "timed passes per round")
+      ->capture_default_str();
+  spatial_cmd->add_flag("--json", flags->json, "print a JSON list of rows instead of a table");
+
   CLI::App* compression_cmd = bench->add_subcommand(
       "compression",
       "Encode and decode time of each gradient codec (docs/COMPRESSION.md) on one core, its "
@@ -442,6 +513,7 @@ Command add_bench_command(CLI::App& app) {
                    }
                    if (gemm_cmd->parsed())
                      run_bench_gemm(flags->gemm_threads, flags->gemm_repeats, flags->json);
+                   if (flags->spatial_cmd->parsed()) run_bench_spatial(flags->spatial, flags->json);
                    if (coll_cmd->parsed()) {
                      if (!flags->collective_sizes.empty()) {
                        flags->collectives.sizes.clear();

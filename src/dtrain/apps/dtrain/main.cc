@@ -18,6 +18,7 @@
 #include "dtrain/comm/comm_error.h"
 #include "dtrain/comm/rank_threads.h"
 #include "dtrain/comm/transport/mpi/world.h"
+#include "dtrain/train/standby.h"
 
 namespace {
 
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
   using dtrain::apps::Command;
   dtrain::apps::set_command_line(argc, argv);
   dtrain::tune_allocator_for_training();
+  dtrain::train::name_standby_process();  // a warm standby (train/standby.h) says so in ps
   CLI::App app("dtrain: distributed training of neural networks", "dtrain");
   app.set_version_flag("--version", fmt::format("dtrain {}", dtrain::apps::kVersion));
   app.require_subcommand(1);

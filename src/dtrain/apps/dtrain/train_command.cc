@@ -1,6 +1,7 @@
 // dtrain train: flags -> train::Config -> train::Trainer.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -53,6 +54,8 @@ struct TrainFlags {
   std::int64_t period = 0;
   std::int64_t micro_batches = 0;
   std::int64_t tp = 0;
+  std::int64_t dp = 0;
+  std::int64_t pp = 0;
   std::string schedule;
   std::string topology;
   std::int64_t clients = 0;
@@ -67,6 +70,7 @@ struct TrainFlags {
   std::int64_t min_workers = 0;
   std::int64_t max_workers = 0;
   double grow_after = 30.0;
+  bool warm_standby = false;
 };
 
 // The options only the supervisor reads, dropped from the child's command line.
@@ -74,11 +78,17 @@ constexpr const char* kSupervisorOptions[] = {"--max-restarts", "--restart-backo
                                               "--mpirun",       "--min-workers",
                                               "--max-workers",  "--grow-after"};
 
+// The flags (no value) only the supervisor reads.
+constexpr const char* kSupervisorFlags[] = {"--warm-standby"};
+
 // `args` (argv as typed) without the supervisor's options and their values.
 std::vector<std::string> without_supervisor_options(const std::vector<std::string>& args) {
   std::vector<std::string> kept;
   for (std::size_t i = 0; i < args.size(); ++i) {
     bool dropped = false;
+    for (const std::string flag : kSupervisorFlags) {
+      dropped = dropped || args[i] == flag || args[i].rfind(flag + "=", 0) == 0;
+    }
     for (const std::string option : kSupervisorOptions) {
       if (args[i] == option) {
         ++i;  // its value
@@ -207,6 +217,15 @@ int supervise_training(const TrainFlags& flags, const std::string& run_dir,
     options.grow_after_seconds = flags.grow_after;
   }
   options.child_is_launcher = !launcher.empty();
+  if (flags.warm_standby) {
+    if (elastic || !launcher.empty()) {
+      throw ConfigError(
+          "--warm-standby keeps one `dtrain train --resume` process ready beside the run; it "
+          "cannot be combined with --min-workers / --max-workers (a restart's command depends on "
+          "the failure) or --mpirun (the job's processes are mpirun's)");
+    }
+    options.warm_standby = true;
+  }
   return train::supervise(options);
 }
 
@@ -251,6 +270,8 @@ Examples:
                --local-epochs 5 --workers 2          # FedAvg: 100 clients, 10 per round
   dtrain train --config examples/fortunes_gpt.toml --tp 2
                                                      # tensor parallel: each GPT block split in 2
+  dtrain train --config examples/fashion_mlp.toml --dp 2 --pp 2
+                                                     # grid: 2 pipelines of 2 stages on 4 ranks
 
 Each strategy reads its own config section ([data_parallel], [parameter_server], [local_sgd]);
 `dtrain config` lists them. Data parallelism: train.batch_size is the global batch, split over the ranks; gradients are
@@ -303,7 +324,20 @@ int run_train(const TrainFlags& flags) {
   if (flags.epochs > 0) overrides.push_back(fmt::format("train.epochs={}", flags.epochs));
   if (flags.threads > 0) overrides.push_back(fmt::format("train.threads={}", flags.threads));
   if (flags.workers > 0) overrides.push_back(fmt::format("parallel.workers={}", flags.workers));
-  if (flags.tp > 0) {
+  if (flags.dp > 0 || flags.pp > 0) {
+    // --dp D --pp P (--tp T): the process grid (strategies/hybrid/, docs/HYBRID.md); as threads
+    // the grid sets the ranks (--workers, when given, must agree), under mpirun -np does.
+    const std::int64_t dp = std::max<std::int64_t>(flags.dp, 1);
+    const std::int64_t tp = std::max<std::int64_t>(flags.tp, 1);
+    const std::int64_t pp = std::max<std::int64_t>(flags.pp, 1);
+    overrides.push_back(std::string("parallel.strategy=\"hybrid\""));
+    overrides.push_back(fmt::format("hybrid.dp={}", dp));
+    overrides.push_back(fmt::format("hybrid.tp={}", tp));
+    overrides.push_back(fmt::format("hybrid.pp={}", pp));
+    if (flags.workers <= 0 && !comm::launched_by_mpirun()) {
+      overrides.push_back(fmt::format("parallel.workers={}", dp * tp * pp));
+    }
+  } else if (flags.tp > 0) {
     // --tp P: tensor parallelism over P ranks (the whole run is one tensor-parallel group).
     overrides.push_back(std::string("parallel.strategy=\"tensor_parallel\""));
     overrides.push_back(fmt::format("parallel.workers={}", flags.tp));
@@ -439,6 +473,9 @@ int run_train(const TrainFlags& flags) {
     throw ConfigError(
         "--min-workers / --max-workers are the supervisor's: give --max-restarts N "
         "with them");
+  }
+  if (flags.warm_standby) {
+    throw ConfigError("--warm-standby is the supervisor's: give --max-restarts N with it");
   }
   if (!flags.mpirun.empty()) {
     throw ConfigError(
@@ -580,7 +617,16 @@ Command add_train_command(CLI::App& app) {
                   "--strategy pipeline: gpipe or 1f1b (pipeline.schedule)");
   sub->add_option("--tp", flags->tp,
                   "tensor parallelism over P ranks: --strategy tensor_parallel --workers P "
-                  "(gpt, mlp; docs/TENSOR_PARALLEL.md)")
+                  "(gpt, mlp; docs/TENSOR_PARALLEL.md); with --dp or --pp the grid's tensor "
+                  "groups (hybrid.tp)")
+      ->check(at_least(1));
+  sub->add_option("--dp", flags->dp,
+                  "process grid: D data-parallel replicas around --pp or --tp (--strategy hybrid, "
+                  "hybrid.dp); dp x tp x pp must equal the ranks (docs/HYBRID.md)")
+      ->check(at_least(1));
+  sub->add_option("--pp", flags->pp,
+                  "process grid: P pipeline stages per replica (hybrid.pp; [pipeline] "
+                  "micro_batches, schedule); with --dp D on D x P ranks (docs/HYBRID.md)")
       ->check(at_least(1));
   sub->add_option("--topology", flags->topology,
                   "--strategy decentralized: ring, torus, exponential, one-peer-exponential or "
@@ -609,6 +655,10 @@ Command add_train_command(CLI::App& app) {
                   "restart it from its newest good checkpoint, up to N times; each restart is "
                   "logged in <run folder>/restarts.jsonl (docs/FAULTS.md)")
       ->check(at_least(1));
+  sub->add_flag("--warm-standby", flags->warm_standby,
+                "--max-restarts: keep one resuming process ready (data loaded, model built, "
+                "asleep) beside the run, so that a restart wakes it instead of starting a new "
+                "one (docs/FAULTS.md); not with --mpirun or elastic workers");
   sub->add_option("--restart-backoff", flags->restart_backoff,
                   "--max-restarts: seconds before the first restart, doubling after each (at "
                   "most 30 s); default 1")

@@ -18,7 +18,8 @@ std::uint64_t codec_seed(std::uint64_t seed, std::size_t bucket, std::int64_t st
 }
 
 CompressedReducer::CompressedReducer(const ReducerContext& context, const compress::CodecSpec& spec,
-                                     std::uint64_t seed, std::int64_t warmup_steps)
+                                     std::uint64_t seed, std::int64_t warmup_steps,
+                                     float momentum_correction)
     : GradientReducer(context),
       spec_(spec),
       seed_(seed),
@@ -26,8 +27,11 @@ CompressedReducer::CompressedReducer(const ReducerContext& context, const compre
       exchanges_(context.buckets.size(), 0),
       collective_(fmt::format("{} {}", spec.text(), compress::exchange_name(spec.exchange()))),
       gather_options_(context.collective),
-      codec_(compress::make_codec(spec)) {
+      codec_(compress::make_codec(spec)),
+      momentum_correction_(momentum_correction) {
   DTRAIN_CHECK(spec.kind != compress::CodecKind::kNone, "the compressed reducer needs a codec");
+  DTRAIN_CHECK(momentum_correction == 0.0f || (codec_ && spec.error_feedback),
+               "momentum correction needs a codec with error feedback (not {})", spec.text());
   gather_options_.algorithm.clear();
   std::int64_t size = 0, largest = 0;
   for (const GradientBucket& b : context.buckets) {
@@ -38,6 +42,7 @@ CompressedReducer::CompressedReducer(const ReducerContext& context, const compre
     feedback_.emplace(size);
     sent_.resize(static_cast<std::size_t>(largest));
   }
+  if (momentum_correction > 0.0f) velocity_.assign(static_cast<std::size_t>(size), 0.0f);
   const int ranks = context.comm.size();
   states_.resize(context.buckets.size());
   std::vector<std::string> uncompressed;
@@ -80,13 +85,26 @@ std::int64_t CompressedReducer::encode(std::size_t b, const GradientBucket& buck
   BucketState& state = states_[b];
   const bool gather = codec_->exchange() == compress::Exchange::kGather;
   const std::uint64_t seed = codec_seed(seed_, b, state.steps, gather ? context_.comm.rank() : -1);
-  if (feedback_) {
+  if (!velocity_.empty()) {
+    // Momentum correction: u = beta u + g through the codec; factor masking after it.
+    float* u = accumulate_velocity(bucket, grads);
+    feedback_->encode(*codec_, bucket.offset, u, bucket.count, state.payload.data(), seed,
+                      sent_.data());
+    for (std::int64_t i = 0; i < bucket.count; ++i) u[i] = sent_[i] != 0.0f ? 0.0f : u[i];
+  } else if (feedback_) {
     feedback_->encode(*codec_, bucket.offset, grads, bucket.count, state.payload.data(), seed,
                       sent_.data());
   } else {
     codec_->encode(grads, bucket.count, state.payload.data(), seed);
   }
   return state.steps++;
+}
+
+float* CompressedReducer::accumulate_velocity(const GradientBucket& bucket, const float* grads) {
+  float* u = velocity_.data() + bucket.offset;
+  const float beta = momentum_correction_;
+  for (std::int64_t i = 0; i < bucket.count; ++i) u[i] = beta * u[i] + grads[i];
+  return u;
 }
 
 comm::Work CompressedReducer::exchange(std::size_t b, bool async) {
@@ -223,6 +241,10 @@ void CompressedReducer::reduce_powersgd(std::size_t b, const GradientBucket& buc
 void CompressedReducer::reduce(const GradientBucket& bucket, float* grads) {
   const std::size_t b = index_of(bucket);
   if (exchanges_[b]++ < warmup_steps_) {
+    if (!velocity_.empty()) {
+      const float* u = accumulate_velocity(bucket, grads);
+      std::copy_n(u, bucket.count, grads);
+    }
     context_.comm.allreduce(grads, bucket.count, DType::kF32, comm::ReduceOp::kSum,
                             context_.collective);
     return;
@@ -236,6 +258,10 @@ void CompressedReducer::reduce(const GradientBucket& bucket, float* grads) {
 comm::Work CompressedReducer::reduce_async(const GradientBucket& bucket, float* grads) {
   const std::size_t b = index_of(bucket);
   if (exchanges_[b]++ < warmup_steps_) {
+    if (!velocity_.empty()) {
+      const float* u = accumulate_velocity(bucket, grads);
+      std::copy_n(u, bucket.count, grads);
+    }
     return context_.comm.allreduce_async(grads, bucket.count, DType::kF32, comm::ReduceOp::kSum,
                                          context_.collective);
   }
@@ -278,6 +304,7 @@ std::vector<optim::StateTensor> CompressedReducer::state() const {
     exchanges.push_back(static_cast<float>(count));
   }
   out.push_back({"compression/exchanges", std::move(exchanges)});
+  if (!velocity_.empty()) out.push_back({"compression/velocity", velocity_});
   if (!codec_) {
     std::vector<float> q;
     for (const BucketState& state : states_) {
@@ -307,6 +334,8 @@ void CompressedReducer::load_state(const std::vector<optim::StateTensor>& state,
     }
     if (want.name == "compression/residual") {
       feedback_->set_residual(found->values);
+    } else if (want.name == "compression/velocity") {
+      velocity_ = found->values;
     } else if (want.name == "compression/exchanges") {
       for (std::size_t b = 0; b < exchanges_.size(); ++b) {
         exchanges_[b] = static_cast<std::int64_t>(found->values[b]);
@@ -326,10 +355,11 @@ void CompressedReducer::load_state(const std::vector<optim::StateTensor>& state,
 }
 
 ReducerFactory compressed_reducer(const compress::CodecSpec& spec, std::uint64_t seed,
-                                  std::int64_t warmup_steps) {
+                                  std::int64_t warmup_steps, float momentum_correction) {
   if (spec.kind == compress::CodecKind::kNone) return allreduce_reducer();
-  return [spec, seed, warmup_steps](const ReducerContext& context) {
-    return std::make_unique<CompressedReducer>(context, spec, seed, warmup_steps);
+  return [spec, seed, warmup_steps, momentum_correction](const ReducerContext& context) {
+    return std::make_unique<CompressedReducer>(context, spec, seed, warmup_steps,
+                                               momentum_correction);
   };
 }
 

@@ -55,8 +55,15 @@ class CompressedReducer final : public GradientReducer {
   // spec: not none (compressed_reducer() gives none the plain allreduce reducer).
   // warmup_steps: each bucket's first exchanges are plain f32 allreduces (PyTorch PowerSGD's
   // start_powerSGD_iter: the early, fast-changing gradients go exact).
+  // momentum_correction: beta > 0 is Deep Gradient Compression's momentum correction (Lin et al.
+  // 2018): each rank keeps a velocity u = beta u + g (its own, N floats), which goes through error
+  // feedback and the codec instead of g; elements the codec sent restart their u at 0 (factor
+  // masking), so that a kept element's old momentum is not sent twice. During the warm-up u is
+  // allreduced exactly (the sum of the ranks' u is the momentum of the summed gradient). The
+  // optimizer's own momentum must then be 0. Not for PowerSGD.
   CompressedReducer(const ReducerContext& context, const compress::CodecSpec& spec,
-                    std::uint64_t seed, std::int64_t warmup_steps = 0);
+                    std::uint64_t seed, std::int64_t warmup_steps = 0,
+                    float momentum_correction = 0.0f);
   ~CompressedReducer() override;
 
   // "topk:0.01 allgather", "fp16 allreduce", "powersgd:2 two allreduces".
@@ -73,6 +80,7 @@ class CompressedReducer final : public GradientReducer {
   //                             depend on it, and so does the end of the warm-up
   //   "compression/powersgd_q"  PowerSGD: every low-rank piece's Q (the warm start), bucket by
   //                             bucket
+  //   "compression/velocity"    momentum correction's u (the gradient's layout)
   // Cost: 4 (N + buckets + sum of Q sizes) bytes per rank.
   std::vector<optim::StateTensor> state() const;
   // Takes back what state() gave (the same names and sizes: the same run on as many ranks);
@@ -101,6 +109,8 @@ class CompressedReducer final : public GradientReducer {
   std::size_t index_of(const GradientBucket& bucket) const;
   // Encodes the bucket (error feedback included) into its payload; returns the bucket's step.
   std::int64_t encode(std::size_t b, const GradientBucket& bucket, const float* grads);
+  // Momentum correction: u[bucket] = beta u[bucket] + grads; returns u[bucket].
+  float* accumulate_velocity(const GradientBucket& bucket, const float* grads);
   // The payload's collective: started on the communicator's thread (async), or run here (the
   // Work returned is then done).
   comm::Work exchange(std::size_t b, bool async);
@@ -119,6 +129,8 @@ class CompressedReducer final : public GradientReducer {
   std::unique_ptr<compress::Codec> codec_;  // null for PowerSGD
   std::optional<compress::ErrorFeedback> feedback_;
   std::vector<float> sent_;  // decode(payload) for error feedback, the largest bucket's size
+  float momentum_correction_;
+  std::vector<float> velocity_;  // momentum correction's u, the gradient's layout (or empty)
   std::vector<BucketState> states_;
   // Decodes async exchanges; declared last so that it drains before the buffers above go.
   comm::TaskQueue decoder_;
@@ -127,6 +139,6 @@ class CompressedReducer final : public GradientReducer {
 // Built once the buckets exist (GradientSynchronizer's DataParallelOptions::reducer). `seed`:
 // the stochastic codecs' randomness, the same on every rank.
 ReducerFactory compressed_reducer(const compress::CodecSpec& spec, std::uint64_t seed = 0,
-                                  std::int64_t warmup_steps = 0);
+                                  std::int64_t warmup_steps = 0, float momentum_correction = 0.0f);
 
 }  // namespace dtrain::parallel

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
+#include <span>
+#include <utility>
 
 #include "dtrain/aggregate/aggregator_spec.h"
 #include "dtrain/base/error.h"
@@ -95,6 +98,64 @@ void RobustReducer::load_momentum(const std::vector<float>& values) {
     throw InternalError(fmt::format("RobustReducer::load_momentum: {} values for {} momenta",
                                     values.size(), momentum().size()));
   }
+}
+
+namespace {
+
+void put_double(std::vector<float>& out, double value) {
+  float halves[2];
+  static_assert(sizeof halves == sizeof value);
+  std::memcpy(halves, &value, sizeof value);
+  out.push_back(halves[0]);
+  out.push_back(halves[1]);
+}
+
+double get_double(std::span<const float> values, std::size_t& at) {
+  double value = 0.0;
+  std::memcpy(&value, values.data() + at, sizeof value);
+  at += 2;
+  return value;
+}
+
+}  // namespace
+
+std::vector<float> RobustReducer::aggregator_state() const {
+  std::vector<float> out;
+  put_double(out, static_cast<double>(states_.size()));
+  for (const BucketState& state : states_) {
+    const std::vector<double> kept = state.aggregator->state();
+    put_double(out, static_cast<double>(state.steps));
+    put_double(out, static_cast<double>(kept.size()));
+    for (double value : kept) put_double(out, value);
+  }
+  return out;
+}
+
+bool RobustReducer::load_aggregator_state(std::span<const float> values) {
+  if (values.size() % 2 != 0 || values.size() < 2) return false;
+  std::size_t at = 0;
+  if (get_double(values, at) != static_cast<double>(states_.size())) return false;
+  std::vector<std::pair<std::int64_t, std::vector<double>>> loaded;
+  for (std::size_t b = 0; b < states_.size(); ++b) {
+    if (at + 4 > values.size()) return false;
+    const auto steps = static_cast<std::int64_t>(get_double(values, at));
+    const auto count = static_cast<std::size_t>(get_double(values, at));
+    if (at + 2 * count > values.size()) return false;
+    std::vector<double> kept(count);
+    for (double& value : kept) value = get_double(values, at);
+    loaded.emplace_back(steps, std::move(kept));
+  }
+  if (at != values.size()) return false;
+  for (std::size_t b = 0; b < states_.size(); ++b) {
+    if (!states_[b].aggregator->state_fits(loaded[b].second, context_.buckets[b].count)) {
+      return false;
+    }
+  }
+  for (std::size_t b = 0; b < states_.size(); ++b) {
+    states_[b].steps = loaded[b].first;
+    states_[b].aggregator->load_state(loaded[b].second);
+  }
+  return true;
 }
 
 void RobustReducer::combine(std::size_t b, const GradientBucket& bucket, float* grads) {

@@ -44,6 +44,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,14 @@ class RobustReducer final : public GradientReducer {
   // checkpoints; load_momentum takes the same back (InternalError on another size).
   std::vector<float> momentum() const;
   void load_momentum(const std::vector<float>& values);
+
+  // What the aggregators keep between steps (centered clipping's centre, bucketing's shuffle
+  // count) and each bucket's step count (the noise attack's stream), the same on every rank, for
+  // checkpoints: [buckets, then per bucket steps, k, k values], each double stored as its raw bits
+  // in two floats (a rounding to float would break the bitwise resume). load_aggregator_state
+  // returns false, changing nothing, when the values do not fit these buckets.
+  std::vector<float> aggregator_state() const;
+  bool load_aggregator_state(std::span<const float> values);
 
  private:
   struct BucketState {

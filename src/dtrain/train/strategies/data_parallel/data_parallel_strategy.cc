@@ -109,11 +109,20 @@ DataParallel::DataParallel(const StrategyContext& context)
     dp.reducer = parallel::fused_zero1_reducer();
   } else if (zero_.shard) {
     dp.reducer = parallel::zero1_reducer();
+  } else if (config.optim.name == "onebit_adam") {
+    // Kept to checkpoint its per-rank errors (onebit_adam_reducer.h).
+    dp.reducer = [this, factory = parallel::onebit_adam_reducer(config.optim.freeze_step)](
+                     const parallel::ReducerContext& reducer_context) {
+      std::unique_ptr<parallel::GradientReducer> reducer = factory(reducer_context);
+      onebit_ = dynamic_cast<parallel::OneBitAdamReducer*>(reducer.get());
+      return reducer;
+    };
   } else if (codec_.kind != compress::CodecKind::kNone) {
     // Kept to checkpoint its per-rank state (error feedback's residual, seeds' steps, Q).
     dp.reducer = [this, factory = parallel::compressed_reducer(
                             codec_, static_cast<std::uint64_t>(config.train.seed),
-                            config.data_parallel.compression_warmup_steps)](
+                            config.data_parallel.compression_warmup_steps,
+                            static_cast<float>(config.data_parallel.momentum_correction))](
                      const parallel::ReducerContext& reducer_context) {
       std::unique_ptr<parallel::GradientReducer> reducer = factory(reducer_context);
       compressed_ = dynamic_cast<parallel::CompressedReducer*>(reducer.get());
@@ -217,6 +226,12 @@ StepResult DataParallel::step(const StepInput& input, optim::Optimizer& optimize
 
 std::vector<optim::StateTensor> DataParallel::checkpoint_state(const optim::Optimizer& optimizer) {
   std::vector<optim::StateTensor> state = optimizer.state();
+  if (onebit_ != nullptr) {
+    // 1-bit Adam's error feedback is each rank's own, as a residual is.
+    for (optim::StateTensor& tensor : gather_per_rank(comm_, onebit_->state(), true)) {
+      state.push_back(std::move(tensor));
+    }
+  }
   if (compressed_ != nullptr) {
     // Each rank's residual is its own: every rank's, under "rank<r>/", gathered at rank 0, which
     // writes checkpoints ((P-1) x the state's bytes into rank 0; compression and robust runs never
@@ -224,6 +239,11 @@ std::vector<optim::StateTensor> DataParallel::checkpoint_state(const optim::Opti
     for (optim::StateTensor& tensor : gather_per_rank(comm_, compressed_->state(), true)) {
       state.push_back(std::move(tensor));
     }
+  }
+  if (robust_reducer_ != nullptr) {
+    // The aggregators' state (centered clipping's centre, bucketing's shuffle count) is the same
+    // on every rank; rank 0's is the one written.
+    state.push_back({"robust/aggregator_state", robust_reducer_->aggregator_state()});
   }
   if (robust_reducer_ != nullptr && !robust_reducer_->momentum().empty()) {
     // Each rank's worker momentum is its own, as a residual is.
@@ -248,7 +268,9 @@ std::vector<optim::StateTensor> DataParallel::checkpoint_state(const optim::Opti
 void DataParallel::restore_state(std::vector<optim::StateTensor> state,
                                  std::int64_t optimizer_steps, optim::Optimizer& optimizer,
                                  const std::string& path) {
+  restore_aggregator_state(state, path);
   restore_compression_state(state, path);
+  if (onebit_ != nullptr) onebit_->set_steps(optimizer_steps);
   if (sharded()) {
     // ZeRO-1: this rank's shard of the full state (a length mismatch is reported by load_state).
     for (optim::StateTensor& tensor : state) {
@@ -258,6 +280,25 @@ void DataParallel::restore_state(std::vector<optim::StateTensor> state,
     }
   }
   Strategy::restore_state(std::move(state), optimizer_steps, optimizer, path);
+}
+
+void DataParallel::restore_aggregator_state(std::vector<optim::StateTensor>& state,
+                                            const std::string& path) {
+  const auto found = std::find_if(state.begin(), state.end(), [](const auto& tensor) {
+    return tensor.name == "robust/aggregator_state";
+  });
+  std::vector<float> values;
+  if (found != state.end()) {
+    values = std::move(found->values);
+    state.erase(found);
+  }
+  if (robust_reducer_ == nullptr) return;
+  if ((values.empty() || !robust_reducer_->load_aggregator_state(values)) && context_.rank == 0) {
+    log::warn(
+        "checkpoint {} holds no aggregator state for this run's buckets: centered clipping's "
+        "centre and bucketing's shuffles start over",
+        path);
+  }
 }
 
 void DataParallel::restore_compression_state(std::vector<optim::StateTensor>& state,
@@ -280,6 +321,17 @@ void DataParallel::restore_compression_state(std::vector<optim::StateTensor>& st
       log::warn(
           "checkpoint {} holds no worker momentum for these {} ranks: it restarts at zero "
           "(a worker's momentum is its own)",
+          path, context_.world);
+    }
+    return;
+  }
+  if (onebit_ != nullptr) {
+    if (std::cmp_equal(split.writers, context_.world)) {
+      onebit_->load_state(split.mine, path);
+    } else if (context_.rank == 0) {
+      log::warn(
+          "checkpoint {} holds no 1-bit Adam error feedback for these {} ranks: it restarts at "
+          "zero (each rank's is its own)",
           path, context_.world);
     }
     return;
@@ -320,10 +372,24 @@ std::vector<std::string> DataParallel::describe() const {
                                                             : "per rank"),
       codec_.kind == compress::CodecKind::kNone
           ? std::string("gradients uncompressed (data_parallel.compression = none)")
-          : fmt::format("gradients compressed: {} by {}, error feedback {} "
+          : fmt::format("gradients compressed: {} by {}, error feedback {}{} "
                         "(docs/COMPRESSION.md)",
                         codec_.text(), compress::exchange_name(codec_.exchange()),
-                        codec_.error_feedback ? "on" : "off")};
+                        codec_.error_feedback ? "on" : "off",
+                        context_.config.data_parallel.momentum_correction > 0.0
+                            ? fmt::format(", momentum correction {} (DGC)",
+                                          context_.config.data_parallel.momentum_correction)
+                            : std::string())};
+  if (onebit_ != nullptr) {
+    const std::int64_t n = context_.model.store().num_params();
+    lines.push_back(fmt::format(
+        "1-bit Adam: {} exact Adam steps (f32 allreduce, {} B per rank and step), then the "
+        "variance frozen and the momentum in 1 bit with worker and server error feedback "
+        "(alltoall + allgather, 2 (P-1) (4 + c/8) = {} B per rank and step; docs/COMPRESSION.md)",
+        context_.config.optim.freeze_step,
+        2 * (context_.world - 1) * 4 * n / std::max(context_.world, 1),
+        parallel::OneBitAllreduce::bytes_sent(n, context_.world)));
+  }
   const DataParallelSection& dp = context_.config.data_parallel;
   if (robust_ || dp.attack != "none") {
     const std::int64_t f = dp.byzantine;
@@ -368,6 +434,15 @@ nlohmann::json DataParallel::summary(const RunTotalsView& totals) {
                  "memory reads)"};
   } else if (sharded()) {
     predicted.second = "(P-1)/P x 4 N reduce-scatter + (P-1)/P x 4 N parameter allgather";
+  } else if (onebit_ != nullptr && totals.steps > 0) {
+    // W warm-up steps of the f32 allreduce, the others 1-bit (onebit_allreduce.h).
+    const auto steps = static_cast<double>(totals.steps);
+    const double warm = std::min(steps, static_cast<double>(context_.config.optim.freeze_step));
+    const auto frozen = static_cast<double>(
+        parallel::OneBitAllreduce::bytes_sent(context_.model.store().num_params(), context_.world));
+    predicted = {(warm * predicted.first + (steps - warm) * frozen) / steps,
+                 "(W x 2 (P-1)/P x 4 N + (steps - W) x 2 (P-1) (4 + c/8)) / steps, c = ceil(N/P) "
+                 "rounded up to 8 (1-bit Adam)"};
   }
   return {{"strategy", name()},
           {"ranks", context_.world},

@@ -28,6 +28,7 @@
 #include "dtrain/compress/codec_spec.h"
 #include "dtrain/parallel/gradient_synchronizer.h"
 #include "dtrain/parallel/reducers/compressed_reducer.h"
+#include "dtrain/parallel/reducers/onebit_adam_reducer.h"
 #include "dtrain/parallel/reducers/robust_reducer.h"
 #include "dtrain/parallel/sync_batch_norm.h"
 #include "dtrain/train/strategies/data_parallel/fused_update_policy.h"
@@ -62,6 +63,10 @@ class DataParallel final : public Strategy {
   // a checkpoint's and hands it to the compressed or robust reducer: with the same number of
   // ranks, else they restart at zero and rank 0 says so.
   void restore_compression_state(std::vector<optim::StateTensor>& state, const std::string& path);
+  // Takes "robust/aggregator_state" out of a checkpoint's state and loads it into the robust
+  // reducer (centered clipping's centre, bucketing's shuffle count); a checkpoint without it, or
+  // with other buckets, restarts them and rank 0 says so.
+  void restore_aggregator_state(std::vector<optim::StateTensor>& state, const std::string& path);
 
   comm::Communicator& comm_;
   OverlapDecision overlap_;            // data_parallel.overlap resolved for this host
@@ -75,6 +80,7 @@ class DataParallel final : public Strategy {
   std::vector<std::int32_t> flipped_;  // labelflip: this step's labels, flipped
   parallel::CompressedReducer* compressed_ = nullptr;  // the reducer, when it is one
   parallel::RobustReducer* robust_reducer_ = nullptr;  // the reducer, when it is one
+  parallel::OneBitAdamReducer* onebit_ = nullptr;      // the reducer, when it is one
   std::unique_ptr<parallel::GradientSynchronizer> sync_;
   std::unique_ptr<parallel::SyncBatchNormReducer> bn_reducer_;
 };

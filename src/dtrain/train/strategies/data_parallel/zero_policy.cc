@@ -12,6 +12,9 @@ ZeroDecision decide_zero_stage(const std::string& setting, int ranks, const std:
   if (optimizer == "lars") {
     return {false, "replicated (auto: lars needs whole-tensor norms, which a shard may cut)"};
   }
+  if (optimizer == "onebit_adam") {
+    return {false, "replicated (auto: 1-bit Adam exchanges its whole momentum)"};
+  }
   if (compression != "none") {
     return {false, fmt::format("replicated (auto: compressed buckets ({}) are exchanged whole)",
                                compression)};

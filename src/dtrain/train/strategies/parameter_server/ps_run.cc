@@ -138,7 +138,18 @@ std::optional<RunSummary> run_ps_rank(comm::Communicator& comm, const Config& co
     return std::make_unique<ParameterServerWorker>(context, client);
   };
   Trainer trainer(config, worker);
-  RunSummary summary = trainer.run();
+  RunSummary summary;
+  try {
+    summary = trainer.run();
+  } catch (const ps::EvictedError& e) {
+    // Counted dead while it was silent (async / ssp): the servers and the other workers went on
+    // without it. Worker 0 writes the run's results, so its eviction fails the run.
+    if (comm.rank() == 0) throw;
+    log::warn("{}: this worker stops here, the run goes on without it", e.what());
+    if (server_thread.joinable()) server_thread.join();
+    if (server_error) std::rethrow_exception(server_error);
+    return std::nullopt;
+  }
   if (after_run) after_run(trainer);
   if (server_thread.joinable()) server_thread.join();
   if (server_error) std::rethrow_exception(server_error);

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# End-to-end spatial parallelism: `dtrain train --strategy spatial --workers 2` splits the rows of
+# 64 x 64 synthetic images over 2 ranks through examples/synthetic_spatial.toml's convolutions,
+# batch norm and pools and follows one worker to rounding; summary.json's bytes per step equal the
+# formula's; a resumed run ends where the uninterrupted one does; the same run under mpirun (2
+# processes); splits that cannot be done are one line, exit 2; `dtrain bench spatial` prints its
+# rows (no timing asserted).
+# Usage: bash spatial_e2e_test.sh /path/to/dtrain   (run by ctest as apps.spatial_e2e_test)
+set -euo pipefail
+DTRAIN=$(realpath "$1")
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+cd "$ROOT"
+
+source "$ROOT/tests/apps/e2e_helpers.sh"  # fail, expect_error
+# 64 x 64 images: 32 rows per rank, 16 after the first pool, 4 after the second.
+SMALL=(--config examples/synthetic_spatial.toml --set data.synthetic_shape=[1,64,64]
+       --set data.synthetic_samples=128 --set data.synthetic_test_samples=32
+       --set parallel.allreduce=\"ring\" --quiet)
+
+"$DTRAIN" train "${SMALL[@]}" --epochs 2 --out "$TMP/one"
+"$DTRAIN" train "${SMALL[@]}" --epochs 2 --strategy spatial --workers 2 --out "$TMP/sp"
+python3 - "$TMP/one" "$TMP/sp" <<'PY' || fail "the spatial run does not follow one worker"
+import json, sys
+one, sp = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
+assert abs(sp["final_train_loss"] - one["final_train_loss"]) <= 1e-5 * abs(one["final_train_loss"]), (sp["final_train_loss"], one["final_train_loss"])
+p = sp["parallel"]
+assert p["strategy"] == "spatial" and p["ranks"] == 2 and p["rows_per_rank"] == 32, p
+assert p["bytes_sent_per_step_per_rank"] == p["bytes_sent_per_step_per_rank_predicted"] > 0, p
+PY
+echo "ok: --strategy spatial --workers 2 follows one worker to 1e-5; bytes per step equal the formula"
+
+"$DTRAIN" train "${SMALL[@]}" --epochs 1 --strategy spatial --workers 2 --out "$TMP/part"
+"$DTRAIN" train --resume "$TMP/part" --epochs 2 --quiet
+python3 - "$TMP/sp" "$TMP/part" <<'PY' || fail "the resumed spatial run differs"
+import json, sys
+a, b = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
+assert a["final_train_loss"] == b["final_train_loss"] and a["final_test_accuracy"] == b["final_test_accuracy"], (a, b)
+PY
+echo "ok: a resumed spatial run ends bitwise where the uninterrupted one does"
+
+if command -v mpirun > /dev/null; then
+  MPIRUN=(mpirun --oversubscribe)
+  [[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
+  "${MPIRUN[@]}" -np 2 "$DTRAIN" train "${SMALL[@]}" --epochs 2 --strategy spatial \
+    --out "$TMP/mpi" || fail "mpirun -np 2 spatial failed"
+  python3 - "$TMP/sp" "$TMP/mpi" <<'PY' || fail "spatial under mpirun differs from threads"
+import json, sys
+a, b = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
+assert b["parallel"]["transport"] == "mpi", b["parallel"]
+assert a["final_train_loss"] == b["final_train_loss"], (a["final_train_loss"], b["final_train_loss"])
+PY
+  echo "ok: mpirun -np 2 --strategy spatial equals the threads' run"
+fi
+
+expect_error "images of 64 rows do not split evenly over 3 ranks" train "${SMALL[@]}" \
+  --strategy spatial --workers 3 --out "$TMP/bad1"
+expect_error "no convolution to split" train --config examples/synthetic_quick.toml --quiet \
+  --strategy spatial --workers 2 --out "$TMP/bad2"
+# 48 rows over 4 ranks: 12 each, 6 after the first pool: not a multiple of the second pool's 4.
+expect_error "holds 6 rows here, not a multiple of the pool's 4" train "${SMALL[@]}" \
+  --set data.synthetic_shape=[1,48,64] --strategy spatial --workers 4 --out "$TMP/bad3"
+echo "ok: splits that cannot be done are one line, exit 2"
+
+"$DTRAIN" bench spatial --resolutions 16 --ranks 1,2 --rounds 1 --iterations 1 --json \
+  > "$TMP/bench.json"
+python3 - "$TMP/bench.json" <<'PY' || fail "dtrain bench spatial rows"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [r["ranks"] for r in rows] == [1, 2], rows
+assert all(r["bench"] == "spatial" and r["forward_ms"] > 0 and r["backward_cpu_ms"] > 0 for r in rows), rows
+assert rows[1]["halo_bytes_per_layer_per_neighbour"] == 4 * 4 * 16 * 16, rows
+PY
+expect_error "resolution 15 does not split evenly over 2 ranks" bench spatial --resolutions 15
+echo "ok: dtrain bench spatial"

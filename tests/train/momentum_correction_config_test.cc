@@ -1,0 +1,42 @@
+// data_parallel.momentum_correction (DGC; docs/COMPRESSION.md) is refused, naming the key and what
+// it needs, where it cannot work: no codec, PowerSGD, error feedback off, or the optimizer's own
+// momentum still on.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "dtrain/base/error.h"
+#include "dtrain/train/config.h"
+
+namespace dtrain::train {
+namespace {
+
+TEST(MomentumCorrectionConfig, NeedsACodecWithErrorFeedbackAndNoOptimizerMomentum) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"data_parallel.compression=none"},
+      {"data_parallel.compression=powersgd:2"},
+      {"data_parallel.compression=topk:0.01", "data_parallel.error_feedback=false"},
+      {"data_parallel.compression=topk:0.01", "optim.momentum=0.9"}};
+  for (const auto& overrides : bad) {
+    Config config;
+    config.optim.momentum = 0.0;
+    apply_override(config, "data_parallel.momentum_correction=0.9");
+    for (const std::string& o : overrides) apply_override(config, o);
+    try {
+      validate(config);
+      ADD_FAILURE() << overrides.back() << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("data_parallel.momentum_correction"), std::string::npos)
+          << e.what();
+    }
+  }
+  Config good;
+  good.optim.momentum = 0.0;
+  apply_override(good, "data_parallel.compression=topk:0.01");
+  apply_override(good, "data_parallel.momentum_correction=0.9");
+  EXPECT_NO_THROW(validate(good));
+}
+
+}  // namespace
+}  // namespace dtrain::train

@@ -1,0 +1,189 @@
+// The spatial strategy (strategies/spatial/): a small convolutional network (halos of 1 and 2
+// rows, batch norm, max pooling, a fully connected head) whose images' rows are split over P ranks
+// trains one worker's trajectory to rounding (1e-5 relative after 8 steps) for P = 2, 3, 4; the
+// bytes each rank sends per step (halo exchange, gather, allreduces) equal the formula exactly;
+// a model that cannot be split is one ConfigError naming the numbers, before anything trains.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "dtrain/base/error.h"
+#include "dtrain/nn/activation.h"
+#include "dtrain/nn/batch_norm.h"
+#include "dtrain/nn/conv2d.h"
+#include "dtrain/nn/flatten.h"
+#include "dtrain/nn/linear.h"
+#include "dtrain/nn/max_pool2d.h"
+#include "dtrain/train/trainer.h"
+#include "parallel_training_fixture.h"
+
+namespace dtrain::train {
+namespace {
+
+// conv1 3x3 (halo 1) -> bn1 -> relu -> 2x2 max pool -> conv2 5x5 (halo 2) -> tanh -> flatten ->
+// fc: samples (C, H, W).
+std::unique_ptr<nn::Model> small_cnn(const tensor::Shape& sample, std::int64_t classes) {
+  auto model = std::make_unique<nn::Model>(sample);
+  model->add(std::make_unique<nn::Conv2d>("conv1", sample[0], 4, 3, 1, 1));
+  model->add(std::make_unique<nn::BatchNorm>("bn1", 4));
+  model->add(std::make_unique<nn::Activation>("relu1", nn::ActivationKind::kRelu));
+  model->add(std::make_unique<nn::MaxPool2d>("pool1", 2, 2));
+  model->add(std::make_unique<nn::Conv2d>("conv2", 4, 5, 5, 1, 2));
+  model->add(std::make_unique<nn::Activation>("tanh2", nn::ActivationKind::kTanh));
+  model->add(std::make_unique<nn::Flatten>("flatten"));
+  model->add(std::make_unique<nn::Linear>("fc", 5 * (sample[1] / 2) * (sample[2] / 2), classes));
+  return model;
+}
+
+class SpatialTest : public testing::ParallelTrainingTest {
+ public:
+  // 96 synthetic images (2, height, 6) of 3 classes, batch 12: 8 steps in one epoch.
+  static Config cnn_config(std::int64_t height) {
+    Config c;
+    c.data.dataset = "synthetic";
+    c.data.synthetic_samples = 96;
+    c.data.synthetic_test_samples = 24;
+    c.data.synthetic_classes = 3;
+    c.data.synthetic_shape = {2, height, 6};
+    c.data.synthetic_noise = 1.0;
+    c.train.epochs = 1;
+    c.train.batch_size = 12;
+    c.train.seed = 5;
+    c.train.log_every = 4;
+    c.train.checkpoint_every = 0;
+    c.optim.lr = 0.05;
+    c.optim.momentum = 0.9;
+    c.parallel.trace_steps = 0;
+    c.parallel.allreduce = "ring";
+    c.parallel.strategy = "spatial";
+    return c;
+  }
+
+  TrainerOptions options(const std::string& run, comm::Communicator* comm) {
+    TrainerOptions o{run, false, true, stderr, nullptr, nullptr};
+    o.comm = comm;
+    o.make_model = small_cnn;
+    return o;
+  }
+
+  std::vector<float> one_worker(const Config& config) {
+    Trainer trainer(config, options(dir("single"), nullptr));
+    trainer.run();
+    const auto& store = trainer.model().store();
+    return {store.params(), store.params() + store.num_params()};
+  }
+
+  // Rank 0's parameters after `ranks` ranks (threads) train `config`, checked equal on every rank.
+  std::vector<float> spatial(Config config, int ranks, const std::string& run) {
+    config.parallel.workers = ranks;
+    std::vector<std::vector<float>> params(static_cast<std::size_t>(ranks));
+    comm::spawn_ranks(
+        ranks,
+        [&](comm::Communicator& comm) {
+          ScopedComputePool pool(1);
+          Trainer trainer(config, options(run, &comm));
+          trainer.run();
+          const auto& store = trainer.model().store();
+          params[static_cast<std::size_t>(comm.rank())].assign(store.params(),
+                                                               store.params() + store.num_params());
+        },
+        comm_options());
+    for (int r = 1; r < ranks; ++r) EXPECT_EQ(params[static_cast<std::size_t>(r)], params[0]);
+    return params[0];
+  }
+
+  static nlohmann::json summary_of(const std::string& run) {
+    std::ifstream in(std::filesystem::path(run) / "summary.json");
+    return nlohmann::json::parse(in);
+  }
+};
+
+TEST_F(SpatialTest, SplitImagesFollowOneWorkerAndSendTheFormulasBytes) {
+  struct Case {
+    std::int64_t height;
+    int p;
+  };
+  for (const Case& k : {Case{12, 2}, Case{12, 3}, Case{16, 4}}) {
+    const Config c = cnn_config(k.height);
+    const std::vector<float> reference = one_worker(c);
+    const std::string run = dir("spatial");
+    const std::vector<float> params = spatial(c, k.p, run);
+    const double relative = relative_difference(params, reference);
+    std::fprintf(stderr, "spatial p=%d H=%ld: relative %.3g\n", k.p, static_cast<long>(k.height),
+                 relative);
+    EXPECT_LE(relative, 1e-5) << "p=" << k.p;
+
+    // Bytes per step and rank, from the communicator's counters, against the formula written out
+    // here once more (B = 12, ring allreduce, h = H / P rows per rank, n_r neighbours):
+    //   halo     n_r x 4 B (2 x 1 x 6 [conv1, forward only: the first layer needs no dx]
+    //                       + 2 x 4 x 2 x 3 [conv2 on 4 channels, halo 2, width 3, both ways])
+    //   gather   (P - 1) x 4 B x 5 (h / 2) 3
+    //   allreduce ring(9 doubles) + ring(8 doubles) (bn1's sums) + ring(conv1 + bn1 + conv2
+    //            parameters: 4*2*9 + 4 (conv1) + 4 + 4 (bn1) + 5*4*25 + 5 (conv2) = 589 floats)
+    const auto parallel = summary_of(run).at("parallel");
+    EXPECT_EQ(parallel.at("strategy"), "spatial");
+    EXPECT_EQ(parallel.at("split_parameters").get<std::int64_t>(), 589);
+    const double b = 12, h = static_cast<double>(k.height / k.p);
+    const auto ring = [&](double n, double e, int r) {
+      const auto block = [&](int i) {
+        const auto n64 = static_cast<std::int64_t>(n);
+        return static_cast<double>(n64 * (i + 1) / k.p - n64 * i / k.p);
+      };
+      return e * (2 * n - block(r) - block((r + 1) % k.p));
+    };
+    for (const auto& row : parallel.at("per_spatial_rank")) {
+      const int r = row.at("rank").get<int>();
+      const int neighbours = (r > 0) + (r + 1 < k.p);
+      const double halo = neighbours * 4 * b * (2 * 1 * 6 + 2 * 4 * 2 * 3);
+      const double gather = (k.p - 1) * 4 * b * 5 * (h / 2) * 3;
+      const double allreduce = ring(9, 8, r) + ring(8, 8, r) + ring(589, 4, r);
+      EXPECT_DOUBLE_EQ(row.at("halo_bytes_sent_per_step").get<double>(), halo) << r;
+      EXPECT_DOUBLE_EQ(row.at("halo_bytes_predicted_per_step").get<double>(), halo) << r;
+      EXPECT_DOUBLE_EQ(row.at("gather_bytes_sent_per_step").get<double>(), gather) << r;
+      EXPECT_DOUBLE_EQ(row.at("gather_bytes_predicted_per_step").get<double>(), gather) << r;
+      EXPECT_DOUBLE_EQ(row.at("allreduce_bytes_sent_per_step").get<double>(), allreduce) << r;
+      EXPECT_DOUBLE_EQ(row.at("allreduce_bytes_predicted_per_step").get<double>(), allreduce) << r;
+    }
+  }
+}
+
+TEST_F(SpatialTest, ModelsThatCannotBeSplitAreOneConfigErrorBeforeTraining) {
+  struct Case {
+    std::int64_t height;
+    int p;
+    bool cnn;
+    std::string expected;
+  };
+  for (const Case& k : {Case{12, 5, true, "images of 12 rows do not split evenly over 5 ranks"},
+                        Case{12, 4, true, "holds 3 rows here, not a multiple of the pool's 2"},
+                        Case{12, 2, false, "no convolution to split"}}) {
+    Config c = cnn_config(k.height);
+    c.parallel.workers = k.p;
+    const std::string run = dir("refused");
+    try {
+      comm::spawn_ranks(
+          k.p,
+          [&](comm::Communicator& comm) {
+            TrainerOptions o = options(run, &comm);
+            if (!k.cnn) o.make_model = nullptr;  // the default MLP
+            Trainer trainer(c, o);
+            trainer.run();
+          },
+          comm_options());
+      FAIL() << "no error for " << k.expected;
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(k.expected), std::string::npos) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+    EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(run) / "metrics.jsonl"));
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::train

@@ -40,6 +40,11 @@ assert a["final_train_loss"] == b["final_train_loss"] and a["final_test_accuracy
 PY
 echo "ok: a resumed spatial run ends bitwise where the uninterrupted one does"
 
+# parallel.allreduce names the gradient allreduce; the bands' allgather has its one algorithm.
+"$DTRAIN" train "${SMALL[@]}" --epochs 1 --strategy spatial --workers 2 \
+  --set parallel.allreduce=\"tree\" --out "$TMP/tree" || fail "spatial with allreduce tree failed"
+echo "ok: spatial trains with another allreduce algorithm (tree)"
+
 if command -v mpirun > /dev/null; then
   MPIRUN=(mpirun --oversubscribe)
   [[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)

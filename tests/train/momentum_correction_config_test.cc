@@ -1,6 +1,6 @@
 // data_parallel.momentum_correction (DGC; docs/COMPRESSION.md) is refused, naming the key and what
-// it needs, where it cannot work: no codec, PowerSGD, error feedback off, or the optimizer's own
-// momentum still on.
+// it needs, where it cannot work: a codec that is not a sparsifier (none, casts, sign, QSGD,
+// PowerSGD), error feedback off, an optimizer other than SGD, or SGD's own momentum still on.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -17,7 +17,12 @@ TEST(MomentumCorrectionConfig, NeedsACodecWithErrorFeedbackAndNoOptimizerMomentu
       {"data_parallel.compression=none"},
       {"data_parallel.compression=powersgd:2"},
       {"data_parallel.compression=topk:0.01", "data_parallel.error_feedback=false"},
-      {"data_parallel.compression=topk:0.01", "optim.momentum=0.9"}};
+      {"data_parallel.compression=topk:0.01", "optim.momentum=0.9"},
+      // A cast or sign sends every element: factor masking would zero the momentum each step.
+      {"data_parallel.compression=fp16"},
+      {"data_parallel.compression=sign"},
+      // Adam keeps its own moments.
+      {"data_parallel.compression=topk:0.01", "optim.name=adam"}};
   for (const auto& overrides : bad) {
     Config config;
     config.optim.momentum = 0.0;

@@ -15,7 +15,10 @@ void CommGroup::allreduce_sum(float* values, std::int64_t count) {
 }
 
 void CommGroup::allgather(const float* mine, float* all, std::int64_t count) {
-  comm_.allgather(mine, all, count, DType::kF32, options_);
+  // The algorithm option names an allreduce (parallel.allreduce); allgather has one, ring.
+  comm::CollectiveOptions options = options_;
+  options.algorithm.clear();
+  comm_.allgather(mine, all, count, DType::kF32, options);
 }
 
 void CommGroup::exchange(int peer, const float* send, std::int64_t send_count, float* recv,

@@ -12,7 +12,8 @@ namespace dtrain::parallel {
 
 class CommGroup final : public nn::GroupComm {
  public:
-  // `comm` must outlive this group; `options` go with every collective (algorithm, header check).
+  // `comm` must outlive this group; `options` go with every collective (the header check, the
+  // timeout); its algorithm, an allreduce's (parallel.allreduce), with the allreduces only.
   explicit CommGroup(comm::Communicator& comm, comm::CollectiveOptions options = {})
       : comm_(comm), options_(std::move(options)) {}
   int rank() const override { return comm_.rank(); }

@@ -1366,16 +1366,22 @@ void validate_impl(const Config& config, const Provenance& provenance,
     }
   }
   if (dp.momentum_correction > 0.0) {
+    // Factor masking restarts the velocity of the elements sent: only a sparsifier leaves the
+    // others to accumulate (a cast or sign sends every element, and the momentum would vanish),
+    // and it is plain SGD's momentum moved into the codec's input (Adam keeps its own moments).
     const compress::CodecKind kind = compress::parse_codec(dp.compression).kind;
-    if (kind == compress::CodecKind::kNone || kind == compress::CodecKind::kPowerSgd ||
-        dp.error_feedback == "false" || config.optim.momentum != 0.0) {
+    const bool sparsifier =
+        kind == compress::CodecKind::kTopk || kind == compress::CodecKind::kRandomk;
+    if (!sparsifier || dp.error_feedback == "false" || config.optim.momentum != 0.0 ||
+        config.optim.name != "sgd") {
       throw ConfigError(fmt::format(
-          "config key '{}' = {} ({}) moves the momentum into the codec's input (Deep Gradient "
-          "Compression): it needs a codec other than none and powersgd (now \"{}\"), error "
-          "feedback (now {}) and optim.momentum = 0 (now {}; set the same beta here instead)",
+          "config key '{}' = {} ({}) moves SGD's momentum into a sparsifier's input (Deep "
+          "Gradient Compression): it needs data_parallel.compression = topk:R or randomk:R (now "
+          "\"{}\"), error feedback on or auto (now {}), optim.name = \"sgd\" (now \"{}\") and "
+          "optim.momentum = 0 (now {}; set the same beta here instead)",
           key("data_parallel.momentum_correction"), dp.momentum_correction,
           where("data_parallel.momentum_correction"), dp.compression, dp.error_feedback,
-          config.optim.momentum));
+          config.optim.name, config.optim.momentum));
     }
   }
   if (dp.compression != "none" && dp.zero_stage == "1") {
@@ -1504,6 +1510,13 @@ std::vector<std::string> ignored_settings(const Config& config) {
   section_note("federated", config.federated == FederatedSection{});
   section_note("tensor_parallel", config.tensor_parallel == TensorParallelSection{});
   section_note("hybrid", config.hybrid == HybridSection{});
+  if (config.optim.name != "onebit_adam" &&
+      config.optim.freeze_step != OptimSection{}.freeze_step) {
+    ignored.push_back(fmt::format(
+        "optim.freeze_step = {} is ignored: it is 1-bit Adam's (optim.name = \"onebit_adam\"), "
+        "not {}'s",
+        config.optim.freeze_step, config.optim.name));
+  }
   const ScheduleSection& s = config.schedule;
   if (s.warmup == "gradual" && (s.scaling == "none" || config.train.batch_size == s.base_batch)) {
     ignored.push_back(fmt::format(

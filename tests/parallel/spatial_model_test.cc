@@ -123,10 +123,14 @@ TEST_P(SpatialModelSweep, BandsGiveTheUnsplitModelsOutputAndGradients) {
     const tensor::Tensor dx_expected = band(dx_whole, comm.rank() * rows, rows);
     EXPECT_LE(relative(dx.data(), dx_expected.data(), dx.numel()), 1e-5)
         << "input gradient, rank " << comm.rank();
+    // A weight gradient is a float sum over B x H x W positions, here split in bands and added by
+    // the allreduce: its terms nearly cancel for a bias after batch norm, so the sum's relative
+    // rounding is a few times float's 6e-8 x their count (1.5e-5 measured at -O1). 1e-4 still
+    // fails for a halo row missing or counted twice (about 1e-1).
     for (const nn::ParamEntry& entry : reference.param_entries()) {
       EXPECT_LE(
           relative(store.grads() + entry.offset, reference.grads() + entry.offset, entry.numel),
-          1e-5)
+          1e-4)
           << entry.name << ", rank " << comm.rank();
     }
     EXPECT_LE(relative(store.buffers(), reference.buffers(), reference.num_buffer_elements()), 1e-6)

@@ -64,6 +64,22 @@ TEST_F(HybridTest, DataTimesPipelineFollowsOneWorker) {
   expect_follows_one_worker(c, "dp 2 x pp 2 adamw");
 }
 
+// With dropout, replica d of a dp x pp grid draws the masks of data-parallel rank d accumulating
+// the m micro-batches (streams (step m + k) D + d), so the grid follows that run; replicas that
+// drew the same masks for different samples would not.
+TEST_F(HybridTest, DataTimesPipelineWithDropoutFollowsDataParallelAccumulating) {
+  Config c = grid(2, 1, 2);
+  c.model.dropout = 0.3f;
+  Config reference = c;
+  reference.parallel.strategy = "data_parallel";
+  reference.hybrid = HybridSection{};
+  reference.pipeline = PipelineSection{};
+  reference.train.accumulate_steps = 2;
+  const std::vector<float> expected = allreduce_training(reference, 2);
+  const std::vector<float> params = allreduce_training(c, 4);
+  EXPECT_LT(relative_difference(params, expected), 1e-5);
+}
+
 TEST_F(HybridTest, DataTimesTensorFollowsOneWorker) {
   expect_follows_one_worker(grid(2, 2, 1), "dp 2 x tp 2 sgd");
 }

@@ -69,7 +69,9 @@ Hybrid::Hybrid(const StrategyContext& context) : Strategy(context) {
                         context.local};
   nn::Model* model = &context_.model;
   if (shape.pp > 1) {
-    inner_ = std::make_unique<Pipeline>(inner);
+    auto pipeline = std::make_unique<Pipeline>(inner);
+    pipeline->set_data_replica(grid_->coords().dp, shape.dp);
+    inner_ = std::move(pipeline);
   } else if (shape.tp > 1) {
     auto tensor = std::make_unique<TensorParallel>(inner);
     tensor_ = tensor.get();

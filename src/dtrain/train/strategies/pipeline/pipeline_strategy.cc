@@ -65,6 +65,11 @@ class Pipeline::StageWork final : public pp::StageCompute {
         micro_batches_(micro_batches),
         dlogits_(static_cast<std::size_t>(model.slots())) {}
 
+  void set_replica(int replica, int replicas) {
+    replica_ = replica;
+    replicas_ = replicas;
+  }
+
   void begin_step(const StepInput& input) {
     input_ = &input;
     batch_ = input.x.dim(0);
@@ -86,7 +91,10 @@ class Pipeline::StageWork final : public pp::StageCompute {
     const std::int64_t begin = this->begin(k);
     const std::int64_t end = this->begin(k + 1);
     if (first_) micro_ = input_->x.slice(begin, end);
-    const auto stream = static_cast<std::uint64_t>(input_->step * micro_batches_ + k);
+    // Replica d of D (the hybrid grid's data axis) draws as rank d of D data-parallel ranks
+    // accumulating m micro-batches; alone (D = 1) as one worker accumulating m.
+    const auto stream =
+        static_cast<std::uint64_t>((input_->step * micro_batches_ + k) * replicas_ + replica_);
     const tensor::Tensor& out = model_.forward_range(
         first_ ? micro_ : *input,
         nn::ForwardContext{nn::Mode::kTrain, static_cast<std::uint64_t>(config_.train.seed),
@@ -126,6 +134,8 @@ class Pipeline::StageWork final : public pp::StageCompute {
   nn::LayerRange range_;
   bool first_, last_;
   int micro_batches_;
+  int replica_ = 0;   // this pipeline's index on the hybrid grid's data axis
+  int replicas_ = 1;  // the data axis's size (1: no grid)
   const StepInput* input_ = nullptr;
   std::int64_t batch_ = 0;
   std::int64_t per_sample_ = 1;
@@ -202,6 +212,10 @@ Pipeline::Pipeline(const StrategyContext& context)
 }
 
 Pipeline::~Pipeline() = default;
+
+void Pipeline::set_data_replica(int replica, int replicas) {
+  work_->set_replica(replica, replicas);
+}
 
 std::vector<optim::Segment> Pipeline::optimizer_segments() const {
   const nn::Model& model = context_.model;

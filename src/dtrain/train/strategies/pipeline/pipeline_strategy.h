@@ -55,6 +55,9 @@ class Pipeline final : public Strategy {
   // reserves this stage's activation slots.
   explicit Pipeline(const StrategyContext& context);
   ~Pipeline() override;
+  // Under the hybrid grid: this pipeline is replica `replica` of `replicas` on the data axis, and
+  // its dropout streams are those of that data-parallel rank (accumulating the micro-batches).
+  void set_data_replica(int replica, int replicas);
 
   std::string name() const override { return "pipeline"; }
   // This stage's layers' parameters.

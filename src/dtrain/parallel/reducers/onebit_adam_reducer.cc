@@ -50,8 +50,12 @@ void OneBitAdamReducer::update(optim::Optimizer& optimizer, double lr) {
   DTRAIN_CHECK_EQ(onebit->state_numel(), count_);
   nn::ParamStore& store = context_.model.store();
   const auto scale = static_cast<float>(context_.comm.size());
-  onebit->step(store.params(), store.grads(), lr, scale,
-               [this](std::span<float> momentum) { allreduce_.average(momentum.data()); });
+  exchange_start_ = exchange_end_ = std::chrono::steady_clock::now();
+  onebit->step(store.params(), store.grads(), lr, scale, [this](std::span<float> momentum) {
+    exchange_start_ = std::chrono::steady_clock::now();
+    allreduce_.average(momentum.data());
+    exchange_end_ = std::chrono::steady_clock::now();
+  });
   ++steps_;
 }
 

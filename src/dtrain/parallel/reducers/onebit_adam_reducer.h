@@ -18,8 +18,10 @@
 // (c floats), this rank's own (the data-parallel strategy stores them per rank).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtrain/optim/optimizer.h"
@@ -41,6 +43,12 @@ class OneBitAdamReducer final : public GradientReducer {
 
   // A resumed run: `steps` optimizer steps were taken.
   void set_steps(std::int64_t steps);
+  // When the last update's compressed momentum exchange ran (start == end: none, a warm-up step),
+  // so that the step reports it as communication, not as the optimizer's compute.
+  std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>
+  last_exchange() const {
+    return {exchange_start_, exchange_end_};
+  }
   std::vector<optim::StateTensor> state() const;
   // Takes back what state() gave; CheckpointError naming `path` otherwise.
   void load_state(const std::vector<optim::StateTensor>& state, const std::string& path);
@@ -50,6 +58,8 @@ class OneBitAdamReducer final : public GradientReducer {
   std::int64_t steps_ = 0;  // updates so far
   std::int64_t count_;      // the parameters (N)
   OneBitAllreduce allreduce_;
+  std::chrono::steady_clock::time_point exchange_start_{};
+  std::chrono::steady_clock::time_point exchange_end_{};
 };
 
 ReducerFactory onebit_adam_reducer(std::int64_t freeze_step);

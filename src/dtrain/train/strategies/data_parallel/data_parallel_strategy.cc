@@ -209,6 +209,19 @@ StepResult DataParallel::step(const StepInput& input, optim::Optimizer& optimize
               "compute", TraceRecorder::kComputeThread, update_start, update_end,
               fmt::format(R"({{"step":{}}})", step));
   }
+  if (onebit_ != nullptr) {
+    // 1-bit Adam after the freeze: the momentum's compressed allreduce runs inside the update.
+    const auto [exchange_start, exchange_end] = onebit_->last_exchange();
+    if (exchange_end > exchange_start) {
+      const double seconds = std::chrono::duration<double>(exchange_end - exchange_start).count();
+      result.comm += seconds;
+      result.waiting += seconds;
+      if (trace.enabled()) {
+        trace.add("1-bit momentum exchange", "comm", TraceRecorder::kComputeThread, exchange_start,
+                  exchange_end, fmt::format(R"({{"step":{}}})", step));
+      }
+    }
+  }
   if (sharded()) {
     // ZeRO-1: every rank updated its shard; the allgather hands the new parameters to all.
     const auto [gather_start, gather_end] = sync_->gather_parameters();

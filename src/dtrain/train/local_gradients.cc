@@ -94,8 +94,9 @@ LocalGradients::Result LocalGradients::compute(
   if (straggler_.kind != StragglerSpec::Kind::kNone) {
     // An injected straggler: its gradients arrive late, as a slow machine's.
     const double compute = std::chrono::duration<double>(Clock::now() - start).count();
-    const double delay = straggler_delay_seconds(
-        straggler_, static_cast<std::uint64_t>(config_.train.seed), rank_, step, compute);
+    const double delay =
+        straggler_delay_seconds(straggler_, static_cast<std::uint64_t>(config_.train.seed),
+                                straggler_rank_ >= 0 ? straggler_rank_ : rank_, step, compute);
     if (delay > 0.0) {
       const auto delay_start = Clock::now();
       // Cut short when another rank of this process fails or ends: the deadline of the error

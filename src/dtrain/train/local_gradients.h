@@ -30,6 +30,10 @@ namespace dtrain::train {
 class LocalGradients {
  public:
   LocalGradients(const Config& config, nn::Model& model, int rank, int ranks, TraceRecorder& trace);
+  // A rank that computes a share of every sample rather than its own samples (spatial
+  // parallelism: rank 0 of 1 for the dropout streams) is still its own rank for an injected
+  // straggler (parallel.straggler names ranks of the run).
+  void set_straggler_rank(int rank) { straggler_rank_ = rank; }
 
   struct Result {
     double loss_sum = 0.0;     // sum over the share's samples of their loss
@@ -58,6 +62,7 @@ class LocalGradients {
   nn::Model& model_;
   int rank_;
   int ranks_;
+  int straggler_rank_ = -1;  // -1: rank_
   TraceRecorder& trace_;
   StragglerSpec straggler_;
   tensor::Tensor dlogits_;

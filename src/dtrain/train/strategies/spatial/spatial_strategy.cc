@@ -47,6 +47,7 @@ Spatial::Spatial(const StrategyContext& context)
   std::copy(whole.buffers(), whole.buffers() + whole.num_buffer_elements(), local.buffers());
   local_ = std::make_unique<LocalGradients>(context_.config, *split_.model, /*rank=*/0,
                                             /*ranks=*/1, context_.trace);
+  local_->set_straggler_rank(context_.rank);
 }
 
 Spatial::~Spatial() = default;

@@ -46,6 +46,12 @@ grep -q "gradients compressed: topk:0.05 by allgather, error feedback on" "$TMP/
   grep -rq "topk" "$TMP/topk_0.05/summary.json" || fail "no banner line for topk"
 echo "ok: none, fp16, topk:0.05 and powersgd:2 learn and send the bytes of their formulas"
 
+# --compression with a --set that validates only together with it (DGC's momentum correction).
+"$DTRAIN" train --config $CONFIG "${QUICK[@]}" --compression topk:0.05 \
+  --set data_parallel.momentum_correction=0.9 --set optim.momentum=0 --out "$TMP/dgc" ||
+  fail "--compression topk:0.05 with --set data_parallel.momentum_correction was refused"
+echo "ok: --compression with momentum correction set by --set"
+
 "$DTRAIN" sweep --config $CONFIG --set data.synthetic_samples=1024 --epochs 1 --workers 2 \
   --compression none,sign,qsgd:4 --out "$TMP/sweep" > "$TMP/sweep.txt" 2>&1 ||
   fail "sweep --compression: $(cat "$TMP/sweep.txt")"

@@ -313,7 +313,18 @@ Exit codes: 0 success, 1 bad command line, 2 bad input (config, data, checkpoint
 std::string compression_key(const TrainFlags& flags) {
   std::string strategy = flags.strategy;
   if (strategy.empty() && flags.resume.empty()) {
-    strategy = train::load_config(flags.config, flags.sets).parallel.strategy;
+    try {
+      strategy = train::load_config(flags.config, flags.sets).parallel.strategy;
+    } catch (const ConfigError&) {
+      // The --set keys may only validate together with the key this flag sets (compression and
+      // data_parallel.momentum_correction): the strategy is then the file's, or a --set's; the
+      // full load later says what is wrong, if anything is.
+      train::Config file_only = train::load_config(flags.config, {});
+      for (const std::string& set : flags.sets) {
+        if (set.rfind("parallel.strategy", 0) == 0) train::apply_override(file_only, set);
+      }
+      strategy = file_only.parallel.strategy;
+    }
   }
   return strategy == "parameter_server" || strategy == "ps" ? "parameter_server.compression"
                                                             : "data_parallel.compression";

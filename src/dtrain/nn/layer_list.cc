@@ -210,18 +210,6 @@ const char* wanted_type_text(T type) {
   }
 }
 
-// "model.layer[4].body[1]" -> "model.layer.body.body": the TOML table path of a nested list.
-std::string toml_path(const std::string& where) {
-  std::string out;
-  bool skip = false;
-  for (char c : where) {
-    if (c == '[') skip = true;
-    if (!skip) out += c;
-    if (c == ']') skip = false;
-  }
-  return out;
-}
-
 void check_param(const LayerParamInfo& info, const LayerParam& value, const std::string& label) {
   const bool is_int = std::holds_alternative<std::int64_t>(value);
   const bool is_classes =
@@ -310,7 +298,7 @@ void check_list(const LayerList& layers, const std::string& where, const std::st
       if (spec.body.empty()) {
         throw ConfigError(fmt::format(
             "{}: missing parameter 'body', the group's layers; add [[{}.body]] tables after it",
-            label, toml_path(place)));
+            label, layer_table_header(place)));
       }
       check_list(spec.body, place + ".body", in);
       check_list(spec.shortcut, place + ".shortcut", in);
@@ -546,7 +534,7 @@ class ListBuilder {
           spec.shortcut.empty()
               ? fmt::format(" (add a projection: [[{}.shortcut]] tables, e.g. a 1x1 conv2d and a "
                             "batch_norm)",
-                            toml_path(place))
+                            layer_table_header(place))
               : ""));
     }
     std::unique_ptr<Activation> act;
@@ -640,6 +628,17 @@ std::unique_ptr<Model> build_layer_list(const LayerList& layers, const LayerList
         where, e.what()));
   }
   return model;
+}
+
+std::string layer_table_header(const std::string& where) {
+  std::string out;
+  bool skip = false;
+  for (char c : where) {
+    if (c == '[') skip = true;
+    if (!skip) out += c;
+    if (c == ']') skip = false;
+  }
+  return out;
 }
 
 }  // namespace dtrain::nn

@@ -71,6 +71,10 @@ struct LayerKindInfo {
   bool group = false;                  // holds body and shortcut lists (residual)
 };
 
+// "model.layer[4].body[1]" -> "model.layer.body.body": the TOML table header of a place in a
+// nested list (what its [[...]] tables are written under).
+std::string layer_table_header(const std::string& where);
+
 // Every kind, in the order docs/MODELS.md lists them.
 const std::vector<LayerKindInfo>& layer_kinds();
 // "linear, conv2d, ...": what an unknown kind's error lists.

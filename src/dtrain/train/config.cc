@@ -27,6 +27,7 @@
 #include "dtrain/train/model_layers_config.h"
 #include "dtrain/train/straggler.h"
 #include "dtrain/train/strategy_registry.h"
+#include "dtrain/train/toml_text.h"
 
 namespace dtrain::train {
 namespace {
@@ -593,26 +594,6 @@ std::vector<Field> fields(Config& c) {
   };
 }
 
-std::string quote(std::string_view text) {
-  std::string out = "\"";
-  for (char ch : text) {
-    const auto byte = static_cast<unsigned char>(ch);
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (ch == '\n') {
-      out += "\\n";
-    } else if (ch == '\t') {
-      out += "\\t";
-    } else if (byte < 0x20 || byte == 0x7f) {
-      out += fmt::format("\\u{:04x}", byte);
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-
 // Shortest text that reads back as the same double, always with a '.' or exponent so that TOML
 // reads it as a float.
 std::string format_double(double value) {
@@ -625,7 +606,7 @@ std::string format_double(double value) {
 
 std::string format_value(const Target& target) {
   struct Visitor {
-    std::string operator()(const std::string* v) const { return quote(*v); }
+    std::string operator()(const std::string* v) const { return toml_quote(*v); }
     std::string operator()(const std::int64_t* v) const { return fmt::format("{}", *v); }
     std::string operator()(const double* v) const { return format_double(*v); }
     std::string operator()(const bool* v) const { return *v ? "true" : "false"; }
@@ -656,7 +637,7 @@ std::string range_text(const Field& field) {
   if (field.auto_or_count) return fmt::format("\"auto\" or an integer >= {}", field.min);
   if (!field.choices.empty()) {
     std::vector<std::string> quoted;
-    for (const auto& choice : field.choices) quoted.push_back(quote(choice));
+    for (const auto& choice : field.choices) quoted.push_back(toml_quote(choice));
     return fmt::format("one of {}", fmt::join(quoted, ", "));
   }
   const bool has_min = field.min > -kInf;
@@ -698,31 +679,12 @@ bool in_range(const Field& field, double value) {
   return true;
 }
 
-std::string node_text(const toml::node& node) {
-  std::ostringstream out;
-  if (const auto* s = node.as_string()) return quote(s->get());
-  if (node.is_table()) return "a table";
-  out << toml::toml_formatter{node, toml::format_flags::none};
-  return out.str();
-}
-
-const char* node_type(const toml::node& node) {
-  switch (node.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "a list";
-    case toml::node_type::table: return "a table";
-    default: return "a date/time";
-  }
-}
-
 // `name`: the key as written (an old name where one was used).
 [[noreturn]] void throw_type_error(const std::string& name, const Field& field,
                                    const toml::node& node, const std::string& where) {
   throw ConfigError(fmt::format("config key '{}' in {} must be {}, got {} {}", name, where,
-                                type_name(field.target), node_type(node), node_text(node)));
+                                type_name(field.target), toml_type_name(node),
+                                toml_value_text(node)));
 }
 
 std::optional<double> as_number(const toml::node& node) {

@@ -2,51 +2,18 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
-#include <sstream>
-
 #include "dtrain/base/error.h"
+#include "dtrain/train/toml_text.h"
 
 namespace dtrain::train {
 namespace {
-
-const char* node_type(const toml::node& node) {
-  switch (node.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "a list";
-    case toml::node_type::table: return "a table";
-    default: return "a date/time";
-  }
-}
-
-std::string node_text(const toml::node& node) {
-  if (node.is_table()) return "{...}";
-  std::ostringstream out;
-  out << toml::toml_formatter{node, toml::format_flags::none};
-  return out.str();
-}
-
-// "model.layer[4].body" -> "model.layer.body": the table header of a nested list.
-std::string header(const std::string& where) {
-  std::string out;
-  bool skip = false;
-  for (char c : where) {
-    if (c == '[') skip = true;
-    if (!skip) out += c;
-    if (c == ']') skip = false;
-  }
-  return out;
-}
 
 nn::LayerList parse_list(const toml::node& node, const std::string& where, const std::string& in) {
   const auto* array = node.as_array();
   if (array == nullptr) {
     throw ConfigError(fmt::format(
         "config key '{}'{} must be a list of layer tables ([[{}]], each with a kind), got {} {}",
-        where, in, header(where), node_type(node), node_text(node)));
+        where, in, nn::layer_table_header(where), toml_type_name(node), toml_value_text(node)));
   }
   nn::LayerList layers;
   for (std::size_t i = 0; i < array->size(); ++i) {
@@ -54,15 +21,15 @@ nn::LayerList parse_list(const toml::node& node, const std::string& where, const
     const auto* table = (*array)[i].as_table();
     if (table == nullptr) {
       throw ConfigError(fmt::format("{}{} must be a layer table ([[{}]] with a kind), got {} {}",
-                                    place, in, header(where), node_type((*array)[i]),
-                                    node_text((*array)[i])));
+                                    place, in, nn::layer_table_header(where),
+                                    toml_type_name((*array)[i]), toml_value_text((*array)[i])));
     }
     nn::LayerSpec spec;
     if (const auto* kind = table->get("kind")) {
       const auto* s = kind->as_string();
       if (s == nullptr) {
         throw ConfigError(fmt::format("{}{}: kind must be a string such as \"linear\", got {} {}",
-                                      place, in, node_type(*kind), node_text(*kind)));
+                                      place, in, toml_type_name(*kind), toml_value_text(*kind)));
       }
       spec.kind = s->get();
     }
@@ -85,28 +52,12 @@ nn::LayerList parse_list(const toml::node& node, const std::string& where, const
       } else {
         throw ConfigError(
             fmt::format("{}: parameter '{}' must be a number, a boolean or a string, got {} {}",
-                        label, key, node_type(value), node_text(value)));
+                        label, key, toml_type_name(value), toml_value_text(value)));
       }
     }
     layers.push_back(std::move(spec));
   }
   return layers;
-}
-
-std::string quote(const std::string& text) {
-  std::string out = "\"";
-  for (char ch : text) {
-    const auto byte = static_cast<unsigned char>(ch);
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (byte < 0x20 || byte == 0x7f) {
-      out += fmt::format("\\u{:04x}", byte);
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
 }
 
 std::string value_text(const nn::LayerParam& value) {
@@ -121,14 +72,14 @@ std::string value_text(const nn::LayerParam& value) {
       return text;
     }
     std::string operator()(bool v) const { return v ? "true" : "false"; }
-    std::string operator()(const std::string& v) const { return quote(v); }
+    std::string operator()(const std::string& v) const { return toml_quote(v); }
   };
   return std::visit(Visitor{}, value);
 }
 
 void write_list(const nn::LayerList& layers, const std::string& path, std::string& out) {
   for (const auto& spec : layers) {
-    out += fmt::format("\n[[{}]]\nkind = {}\n", path, quote(spec.kind));
+    out += fmt::format("\n[[{}]]\nkind = {}\n", path, toml_quote(spec.kind));
     for (const auto& [key, value] : spec.params) {
       out += fmt::format("{} = {}\n", key, value_text(value));
     }

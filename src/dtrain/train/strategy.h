@@ -119,6 +119,10 @@ class Strategy {
   // SGD evaluates the replicas' average mid-epoch and restores each replica after.
   virtual void before_evaluation() {}
   virtual void after_evaluation() {}
+  // Whether this rank's forward and backward of a batch talk to no other rank (a warm standby
+  // runs one before it sleeps: standby.h). False where a layer communicates (tensor split,
+  // synchronized batch norm, pipeline stages) or unknown.
+  virtual bool forward_backward_is_local() const { return false; }
 
   // Whether checkpoints are written; a strategy without them refuses --resume itself.
   virtual bool keeps_checkpoints() const { return true; }

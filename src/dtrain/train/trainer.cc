@@ -292,9 +292,7 @@ void Trainer::prepare_run_dir() {
 }
 
 void Trainer::warm_up_as_standby() {
-  const bool local_step = world_ == 1 || (config_.parallel.strategy == "data_parallel" &&
-                                          !config_.data_parallel.sync_batch_norm);
-  if (!local_step || data_->train.size() == 0) return;
+  if (!strategy_->forward_backward_is_local() || data_->train.size() == 0) return;
   const std::int64_t batch = config_.train.batch_size;
   const std::int64_t share =
       std::min(std::max<std::int64_t>(1, batch / world_), data_->train.size());

@@ -125,9 +125,8 @@ class Trainer {
   void prepare_run_dir();
   // A warm standby's one forward and backward of a batch before it sleeps (standby.h), so that
   // the activations' pages and the GEMMs' buffers are in place when it takes over; the model's
-  // buffers and gradients are restored after, and the parameters are never stepped. Only where a
-  // replica's forward and backward are local: one rank, or data parallelism without synchronized
-  // batch norm.
+  // buffers and gradients are restored after, and the parameters are never stepped. Only where the
+  // strategy's forward and backward talk to no other rank (Strategy::forward_backward_is_local).
   void warm_up_as_standby();
 
   Config config_;

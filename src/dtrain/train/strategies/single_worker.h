@@ -17,6 +17,7 @@ class SingleWorker final : public Strategy {
   explicit SingleWorker(const StrategyContext& context) : Strategy(context) {}
   std::string name() const override { return "single"; }
   bool reshards_checkpoints() const override { return true; }
+  bool forward_backward_is_local() const override { return true; }
   StepResult step(const StepInput& input, optim::Optimizer& optimizer) override;
 };
 

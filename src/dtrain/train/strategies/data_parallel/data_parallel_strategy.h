@@ -51,6 +51,9 @@ class DataParallel final : public Strategy {
   StepResult step(const StepInput& input, optim::Optimizer& optimizer) override;
   std::vector<optim::StateTensor> checkpoint_state(const optim::Optimizer& optimizer) override;
   bool reshards_checkpoints() const override { return true; }
+  // The gradients' allreduce runs after backward (or from its hooks, not passed in a warm-up);
+  // only synchronized batch norm talks inside forward.
+  bool forward_backward_is_local() const override { return bn_reducer_ == nullptr; }
   void restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
                      optim::Optimizer& optimizer, const std::string& path) override;
   std::vector<std::string> describe() const override;

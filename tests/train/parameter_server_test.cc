@@ -239,6 +239,36 @@ TEST_F(ParameterServerTrainingTest, BspWithCompressedPushesAndCastPullsResumesBi
   }
 }
 
+// Worker momentum (bsp, robust aggregation): each worker pushes its momentum of its own mean
+// gradient. Aggregated by a mean (trimmed mean with beta = 0) it is SGD with momentum beta on the
+// batch's mean gradient, and each worker's momentum is in the checkpoint: a resume is bitwise.
+TEST_F(ParameterServerTrainingTest, WorkerMomentumUnderAMeanIsSgdMomentumAndResumesBitwise) {
+  const Config reference_config = mlp_config();  // SGD, momentum 0.9
+  ASSERT_EQ(reference_config.optim.momentum, 0.9);
+  const std::vector<float> reference = allreduce_training(reference_config, 2);
+  Config config = mlp_config();
+  config.optim.momentum = 0.0;
+  config.data_parallel.worker_momentum = 0.9;
+  config.data_parallel.aggregator = "trimmed:0";
+  validate(config);
+  const auto uninterrupted = parameter_servers(config, 2, 1);
+  const double difference = relative_difference(uninterrupted[0], reference);
+  std::printf("worker momentum under trimmed:0 against SGD momentum: relative difference %.3g\n",
+              difference);
+  EXPECT_LT(difference, 1e-5);
+  Config plain = config;
+  plain.data_parallel.worker_momentum = 0.0;
+  EXPECT_GT(relative_difference(parameter_servers(plain, 2, 1)[0], reference), 1e-3)
+      << "without worker momentum the run must differ (the test could not fail otherwise)";
+
+  Config first = config;
+  first.train.epochs = 1;
+  const std::string folder = dir("ps-worker-momentum");
+  parameter_servers(first, 2, 1, false, folder);
+  const auto resumed = parameter_servers(config, 2, 1, false, folder, /*resume=*/true);
+  for (const auto& worker : resumed) EXPECT_EQ(worker, uninterrupted[0]);
+}
+
 TEST_F(ParameterServerTrainingTest, AsyncAndSspResumeAndTrainOn) {
   for (const std::string consistency : {"async", "ssp"}) {
     Config config = mlp_config();

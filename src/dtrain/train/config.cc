@@ -1019,12 +1019,6 @@ void validate_robust(const Config& config, const Where& where) {
           dp.aggregator, where("data_parallel.aggregator"), dp.attack,
           config.parameter_server.consistency));
     }
-    if (dp.worker_momentum > 0.0) {
-      throw ConfigError(fmt::format(
-          "config key 'data_parallel.worker_momentum' = {} ({}) applies to data_parallel; "
-          "parameter servers aggregate gradients",
-          dp.worker_momentum, where("data_parallel.worker_momentum")));
-    }
   }
   if (strategy == "parameter_server" && !comm::launched_by_mpirun()) {
     // W workers (parallel.workers); a bsp step waits for W - backup_workers of them.

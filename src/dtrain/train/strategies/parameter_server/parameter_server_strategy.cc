@@ -23,6 +23,9 @@ ParameterServerWorker::ParameterServerWorker(const StrategyContext& context, ps:
                                     client_.layout().total(), all.end));
   }
   if (context.rank == 0) client_.put(all, store.params());
+  if (context.config.data_parallel.worker_momentum > 0.0) {
+    worker_momentum_.assign(static_cast<std::size_t>(all.size()), 0.0f);
+  }
   workers.barrier();
   client_.pull(all, store.params(), 0);
 }
@@ -42,6 +45,7 @@ StepResult ParameterServerWorker::step(const StepInput& input, optim::Optimizer&
   }
   const LocalGradients::Result local =
       context_.local.compute(input.x, input.labels, input.step, input.global_count);
+  if (!worker_momentum_.empty()) apply_worker_momentum(input);
   const auto& p = context_.config.parameter_server;
   const bool pull = p.consistency != "async" || (input.step + 1) % p.pull_every == 0;
   const auto start = Clock::now();
@@ -65,6 +69,25 @@ StepResult ParameterServerWorker::step(const StepInput& input, optim::Optimizer&
   return result;
 }
 
+void ParameterServerWorker::apply_worker_momentum(const StepInput& input) {
+  nn::ParamStore& store = context_.model.store();
+  const auto samples = static_cast<double>(input.x.dim(0));
+  const auto batch = static_cast<double>(input.global_count);
+  if (samples <= 0.0 || batch <= 0.0) return;
+  const auto beta = static_cast<float>(context_.config.data_parallel.worker_momentum);
+  // The server's row is the push times B / samples: this worker's own mean gradient, here its
+  // momentum (docs/ROBUST.md "Worker momentum").
+  const auto to_mean = static_cast<float>(batch / samples);
+  const auto to_share = static_cast<float>(samples / batch);
+  float* grads = store.grads();
+  float* momentum = worker_momentum_.data();
+  const std::int64_t n = store.num_params();
+  for (std::int64_t i = 0; i < n; ++i) {
+    momentum[i] = beta * momentum[i] + grads[i] * to_mean;
+    grads[i] = momentum[i] * to_share;
+  }
+}
+
 void ParameterServerWorker::before_evaluation() {
   // bsp: the worker pulled this step's parameters, unless the pull was cast (pull_compression):
   // then evaluate the servers' f32 copy, and pull the cast one again before the next step.
@@ -78,11 +101,17 @@ std::vector<optim::StateTensor> ParameterServerWorker::checkpoint_state(
     const optim::Optimizer& optimizer) {
   // bsp with error feedback: every worker's residual, gathered at worker 0 (collective over the
   // workers: bsp checkpoints are taken by all of them at the same step).
-  std::vector<optim::StateTensor> residuals;
+  std::vector<optim::StateTensor> mine;
   if (!ticketed() && !client_.residual().empty()) {
     const auto residual = client_.residual();
-    residuals = gather_per_rank(required_communicator(context_, "parameter-server training"),
-                                {{"compression/residual", {residual.begin(), residual.end()}}},
+    mine.push_back({"compression/residual", {residual.begin(), residual.end()}});
+  }
+  if (!ticketed() && !worker_momentum_.empty()) {
+    mine.push_back({"robust/worker_momentum", worker_momentum_});
+  }
+  std::vector<optim::StateTensor> residuals;
+  if (!mine.empty()) {
+    residuals = gather_per_rank(required_communicator(context_, "parameter-server training"), mine,
                                 /*root_only=*/true);
   }
   if (context_.rank != 0) return {};  // worker 0 writes the checkpoint
@@ -115,17 +144,40 @@ std::vector<optim::StateTensor> ParameterServerWorker::checkpoint_state(
   return state;
 }
 
-void ParameterServerWorker::restore_residual(std::vector<optim::StateTensor>& state,
-                                             const std::string& path) {
+namespace {
+
+// This rank's tensor `name` of a split checkpoint, or null.
+const optim::StateTensor* find_own(const PerRankState& split, const std::string& name) {
+  for (const optim::StateTensor& tensor : split.mine) {
+    if (tensor.name == name) return &tensor;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void ParameterServerWorker::restore_per_worker_state(std::vector<optim::StateTensor>& state,
+                                                     const std::string& path) {
   PerRankState split = split_per_rank(state, context_.rank);
-  std::erase_if(state, [](const optim::StateTensor& tensor) {
-    return tensor.name.rfind("rank", 0) == 0 &&
-           tensor.name.find("/compression/") != std::string::npos;
-  });
+  std::erase_if(state,
+                [](const optim::StateTensor& tensor) { return tensor.name.rfind("rank", 0) == 0; });
+  if (!worker_momentum_.empty()) {
+    const optim::StateTensor* saved = find_own(split, "robust/worker_momentum");
+    if (std::cmp_equal(split.writers, context_.world) && saved != nullptr &&
+        saved->values.size() == worker_momentum_.size()) {
+      worker_momentum_ = saved->values;
+    } else if (context_.rank == 0) {
+      log::warn("checkpoint {} holds {}: worker momentum restarts at zero", path,
+                saved == nullptr ? std::string("no worker momentum")
+                                 : fmt::format("the momenta of {} workers, this run has {}",
+                                               split.writers, context_.world));
+    }
+  }
   if (client_.residual().empty()) return;
-  if (std::cmp_equal(split.writers, context_.world) && !split.mine.empty() &&
-      std::ssize(split.mine.front().values) == client_.layout().total()) {
-    client_.set_residual(split.mine.front().values);
+  const optim::StateTensor* residual = find_own(split, "compression/residual");
+  if (std::cmp_equal(split.writers, context_.world) && residual != nullptr &&
+      std::ssize(residual->values) == client_.layout().total()) {
+    client_.set_residual(residual->values);
     return;
   }
   if (context_.rank == 0) {
@@ -140,7 +192,7 @@ void ParameterServerWorker::restore_residual(std::vector<optim::StateTensor>& st
 void ParameterServerWorker::restore_state(std::vector<optim::StateTensor> state,
                                           std::int64_t optimizer_steps, optim::Optimizer& optimizer,
                                           const std::string& path) {
-  restore_residual(state, path);
+  restore_per_worker_state(state, path);
   nn::ParamStore& store = context_.model.store();
   const ps::KeyRange all{0, store.num_params()};
   // The checkpoint's state by key, which each server cuts its range from.

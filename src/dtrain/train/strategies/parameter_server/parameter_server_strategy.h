@@ -14,6 +14,11 @@
 // servers' updates, so a checkpoint's optimizer_steps is theirs. bsp resumes bitwise; async and ssp
 // resume from a snapshot taken while other workers may still push (docs/PS.md, "Checkpoints").
 // With error feedback on compressed pushes, bsp checkpoints also hold every worker's residual.
+// Worker momentum (data_parallel.worker_momentum, bsp with robust aggregation; docs/ROBUST.md):
+// each worker pushes its momentum m <- beta m + g (g its own mean gradient) instead of g, in the
+// push's units (times its share of the batch), so the servers' rows are the workers' momenta; bsp
+// checkpoints hold every worker's m ("rank<w>/robust/worker_momentum"). Cost: N floats and one
+// pass over N per step.
 #pragma once
 
 #include <vector>
@@ -53,10 +58,14 @@ class ParameterServerWorker final : public Strategy {
   std::string pull_line() const;
   // How the servers combine a step's gradients: the sum, or an aggregator (and the attack).
   std::string aggregation_line() const;
-  // Takes this worker's error-feedback residual out of a checkpoint's state (bsp checkpoints hold
-  // every worker's, "rank<w>/compression/residual"); another worker count, or none saved (async,
-  // ssp), restarts it at zero and worker 0 says so.
-  void restore_residual(std::vector<optim::StateTensor>& state, const std::string& path);
+  // Takes this worker's error-feedback residual and worker momentum out of a checkpoint's state
+  // (bsp checkpoints hold every worker's, "rank<w>/compression/residual" and
+  // "rank<w>/robust/worker_momentum"); another worker count, or none saved (async, ssp), restarts
+  // them at zero and worker 0 says so.
+  void restore_per_worker_state(std::vector<optim::StateTensor>& state, const std::string& path);
+  // Worker momentum: the pushed gradient (store.grads(), its share of the batch's mean gradient)
+  // becomes the share of this worker's momentum, m <- beta m + grads x B / samples.
+  void apply_worker_momentum(const StepInput& input);
 
   ps::Client& client_;
   std::int64_t dropped_steps_ = 0;  // bsp with backup workers: this worker's late gradients
@@ -64,6 +73,7 @@ class ParameterServerWorker final : public Strategy {
   // clock and the staleness basis is the resumed run's.
   bool pull_first_ = false;
   std::vector<ps::ServerStats> server_stats_;  // worker 0, after finish()
+  std::vector<float> worker_momentum_;         // N floats with worker momentum, else empty
 };
 
 }  // namespace dtrain::train

@@ -269,6 +269,26 @@ TEST_F(ParameterServerTrainingTest, WorkerMomentumUnderAMeanIsSgdMomentumAndResu
   for (const auto& worker : resumed) EXPECT_EQ(worker, uninterrupted[0]);
 }
 
+// Each server's aggregator state (centered clipping's centre over its shard: two doubles' worth of
+// floats per key, moved in chunks of a shard; bucketing's shuffle count) is in the checkpoint, so a
+// robust bsp run resumed is bitwise the uninterrupted one (rows combine in worker order).
+TEST_F(ParameterServerTrainingTest, ServersAggregatorStateResumesBitwise) {
+  Config config = mlp_config();
+  config.data_parallel.aggregator = "bucket:2,cclip:1";
+  Config first = config;
+  first.train.epochs = 1;
+  const auto uninterrupted = parameter_servers(config, 3, 2);
+  const std::string folder = dir("ps-aggregator-resume");
+  parameter_servers(first, 3, 2, false, folder);
+  const auto resumed = parameter_servers(config, 3, 2, false, folder, /*resume=*/true);
+  for (const auto& worker : resumed) EXPECT_EQ(worker, uninterrupted[0]);
+  // Another server count restarts the aggregators (said on worker 0) and trains on.
+  Config more = config;
+  more.train.epochs = 3;
+  const auto other = parameter_servers(more, 3, 1, false, folder, /*resume=*/true);
+  for (const float p : other[0]) ASSERT_TRUE(std::isfinite(p));
+}
+
 TEST_F(ParameterServerTrainingTest, AsyncAndSspResumeAndTrainOn) {
   for (const std::string consistency : {"async", "ssp"}) {
     Config config = mlp_config();

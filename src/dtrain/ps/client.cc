@@ -30,6 +30,8 @@ std::string_view op_name(Op op) {
     case Op::kStats: return "stats";
     case Op::kGetState: return "get_state";
     case Op::kSetState: return "set_state";
+    case Op::kGetAggregatorState: return "get_aggregator_state";
+    case Op::kSetAggregatorState: return "set_aggregator_state";
   }
   return "?";
 }
@@ -332,6 +334,49 @@ void Client::set_state(KeyRange range, const std::vector<std::vector<float>>& ve
     base.index = static_cast<std::int64_t>(v);
     exchange(Op::kSetState, pieces, range, vectors[v].data(), nullptr, base);
   }
+}
+
+std::vector<std::vector<float>> Client::get_aggregator_states() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::vector<float>> out;
+  for (int s = 0; s < layout_.servers(); ++s) {
+    const std::int64_t total =
+        exchange(Op::kGetAggregatorState, {{s, {}}}, {}, nullptr, nullptr, {}).front().value;
+    std::vector<float> state(static_cast<std::size_t>(total));
+    const std::int64_t chunk = std::max<std::int64_t>(1, layout_.shard(s).size());
+    for (std::int64_t at = 0; at < total; at += chunk) {
+      const KeyRange part{at, std::min(total, at + chunk)};
+      exchange(Op::kGetAggregatorState, {{s, part}}, part, nullptr, state.data() + at, {});
+    }
+    out.push_back(std::move(state));
+  }
+  return out;
+}
+
+std::vector<bool> Client::set_aggregator_states(const std::vector<std::vector<float>>& states) {
+  if (std::ssize(states) != layout_.servers()) {
+    throw InternalError(fmt::format("ps set_aggregator_states: {} states for {} servers",
+                                    states.size(), layout_.servers()));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<bool> loaded;
+  for (int s = 0; s < layout_.servers(); ++s) {
+    const std::vector<float>& state = states[static_cast<std::size_t>(s)];
+    const auto total = static_cast<std::int64_t>(state.size());
+    const std::int64_t chunk = std::max<std::int64_t>(1, layout_.shard(s).size());
+    RequestHeader base;
+    base.index = total;
+    std::int64_t at = 0;
+    do {
+      const KeyRange part{at, std::min(total, at + chunk)};
+      const ReplyHeader reply = exchange(Op::kSetAggregatorState, {{s, part}}, part,
+                                         total > 0 ? state.data() + at : nullptr, nullptr, base)
+                                    .front();
+      if (part.end == total) loaded.push_back(reply.value == 1);
+      at = part.end;
+    } while (at < total);
+  }
+  return loaded;
 }
 
 std::int64_t Client::next_ticket(std::int64_t at_least) {

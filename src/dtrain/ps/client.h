@@ -123,6 +123,12 @@ class Client {
   OptimizerState get_state(KeyRange range);
   void set_state(KeyRange range, const std::vector<std::vector<float>>& vectors,
                  std::int64_t steps);
+  // Each server's robust-aggregator state (protocol.h: kGetAggregatorState), in server order:
+  // empty for a server without one or with a stateless one. Moved in chunks of a shard's floats.
+  std::vector<std::vector<float>> get_aggregator_states();
+  // Sets them, one per server as get_aggregator_states() returned them; whether each server's fit
+  // its aggregator and was loaded (a server whose state did not fit keeps its own).
+  std::vector<bool> set_aggregator_states(const std::vector<std::vector<float>>& states);
   // This worker is done: the servers stop serving once every worker is. Call one of these two
   // last: stop_with_stats() also waits until every worker has stopped (or died) and returns each
   // server's statistics.

@@ -8,7 +8,8 @@
 //
 // Checkpoints (get_state / set_state) move one optimizer state vector at a time, laid out by key
 // like the parameters (zero at keys no tensor covers), so that a checkpoint does not depend on how
-// many servers wrote it and each message fits the buffers a push or pull already uses.
+// many servers wrote it and each message fits the buffers a push or pull already uses. A robust
+// aggregator's state is each server's own (its shard's centre, say) and moves per server.
 //
 // Both travel on a communicator of their own (the launcher splits one off), so their tags never
 // meet a collective's.
@@ -36,6 +37,13 @@ enum class Op : std::uint32_t {
               // are; version: the updates applied = the optimizer's steps)
   kSetState,  // set state vector `index` over [begin, end) (-1: none, payload empty) and the
               // optimizer's steps and the update count to `steps`
+  // The robust aggregator's state (aggregate/aggregator.h: state()), as floats holding the raw
+  // bits of its doubles, moved in chunks that fit the message buffers: [begin, end) are offsets
+  // into it, not keys. Get: value = its length (begin = end = 0 asks only that). Set: `index` =
+  // the whole length; the chunk that ends it loads the state, value = 1 if it fit the server's
+  // aggregator (0: it did not, and the server keeps its own).
+  kGetAggregatorState,
+  kSetAggregatorState,
 };
 
 inline constexpr std::uint32_t kWantParams = 1;

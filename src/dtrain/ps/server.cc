@@ -308,6 +308,8 @@ void Server::handle(int w) {
     }
     case Op::kGetState: get_state(w, header); break;
     case Op::kSetState: set_state(w, header, values); break;
+    case Op::kGetAggregatorState: get_aggregator_state(w, header); break;
+    case Op::kSetAggregatorState: set_aggregator_state(w, header, values); break;
     case Op::kStop:
       worker.stopped = true;
       reply(w, Status::kOk);
@@ -483,6 +485,56 @@ void Server::set_state(int w, const RequestHeader& header, const float* values) 
   // bsp pairs a push with the step the server is at, so the update count continues too.
   stats_.version = header.steps;
   reply(w, Status::kOk);
+}
+
+std::vector<float> Server::aggregator_state_floats() const {
+  if (!aggregator_) return {};
+  const std::vector<double> state = aggregator_->state();
+  std::vector<float> out(2 * state.size());
+  std::memcpy(out.data(), state.data(), state.size() * sizeof(double));
+  return out;
+}
+
+void Server::get_aggregator_state(int w, const RequestHeader& header) {
+  const std::vector<float> state = aggregator_state_floats();
+  const auto total = static_cast<std::int64_t>(state.size());
+  const auto capacity = static_cast<std::int64_t>(
+      (workers_[static_cast<std::size_t>(w)].reply.size() - sizeof(ReplyHeader)) / sizeof(float));
+  if (header.begin < 0 || header.end < header.begin || header.end > total ||
+      header.end - header.begin > capacity) {
+    reply_error(w, fmt::format("ps server {}: aggregator state [{}, {}) asked for, it holds {} "
+                               "floats (at most {} per message)",
+                               index_, header.begin, header.end, total, capacity));
+    return;
+  }
+  reply(w, Status::kOk, total, state.data() + header.begin, header.end - header.begin,
+        sizeof(float));
+}
+
+void Server::set_aggregator_state(int w, const RequestHeader& header, const float* values) {
+  const std::int64_t total = header.index;
+  if (header.begin == 0) incoming_aggregator_state_.clear();
+  if (total < 0 || header.begin != std::ssize(incoming_aggregator_state_) ||
+      header.end < header.begin || header.end > total) {
+    incoming_aggregator_state_.clear();
+    reply_error(w, fmt::format("ps server {}: aggregator state chunk [{}, {}) of {} floats out of "
+                               "order",
+                               index_, header.begin, header.end, total));
+    return;
+  }
+  incoming_aggregator_state_.insert(incoming_aggregator_state_.end(), values,
+                                    values + (header.end - header.begin));
+  if (header.end < total) {
+    reply(w, Status::kOk, 0);
+    return;
+  }
+  std::vector<double> state(incoming_aggregator_state_.size() / 2);
+  std::memcpy(state.data(), incoming_aggregator_state_.data(), state.size() * sizeof(double));
+  const bool fits = aggregator_ && incoming_aggregator_state_.size() % 2 == 0 &&
+                    aggregator_->state_fits(state, shard_.size());
+  if (fits) aggregator_->load_state(state);
+  incoming_aggregator_state_.clear();
+  reply(w, Status::kOk, fits ? 1 : 0);
 }
 
 void Server::reply_error(int w, const std::string& message) {

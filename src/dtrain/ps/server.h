@@ -19,6 +19,8 @@
 // Checkpoints: get_state / set_state read and write the optimizer's state over the shard, one
 // vector at a time, laid out by key (protocol.h); set_state also sets the optimizer's step count
 // and the update count (bsp's step), so that a resumed run continues where its checkpoint stopped.
+// A robust aggregator's state (centered clipping's centre over the shard, bucketing's shuffle
+// count) moves in chunks of at most a shard's floats (kGetAggregatorState, kSetAggregatorState).
 //
 // Failures: a bsp step that waits longer than `timeout` for its gradients fails with an error
 // naming the workers (and ranks) that did not push, sent to every waiting worker before serve()
@@ -112,6 +114,10 @@ class Server {
   std::vector<float> state_by_key(const optim::StateTensor& tensor) const;
   void get_state(int w, const RequestHeader& header);
   void set_state(int w, const RequestHeader& header, const float* values);
+  // The aggregator's state as floats (two per double, raw bits); empty without an aggregator.
+  std::vector<float> aggregator_state_floats() const;
+  void get_aggregator_state(int w, const RequestHeader& header);
+  void set_aggregator_state(int w, const RequestHeader& header, const float* values);
   // Answers worker w's request with an error the worker rethrows; the server serves on.
   void reply_error(int w, const std::string& message);
   void release_held();
@@ -152,6 +158,7 @@ class Server {
   std::vector<float> rows_;
   std::unique_ptr<aggregate::Aggregator> aggregator_;
   std::unique_ptr<aggregate::Attack> attack_;
+  std::vector<float> incoming_aggregator_state_;  // kSetAggregatorState's chunks so far
   std::int64_t stall_warned_step_ = -1;  // bsp: the step whose stall warning has been logged
 };
 

@@ -141,7 +141,54 @@ std::vector<optim::StateTensor> ParameterServerWorker::checkpoint_state(
     }
   }
   for (optim::StateTensor& tensor : residuals) state.push_back(std::move(tensor));
+  if (robust()) {
+    const std::vector<std::vector<float>> kept = client_.get_aggregator_states();
+    for (std::size_t s = 0; s < kept.size(); ++s) {
+      state.push_back({aggregator_state_name(static_cast<int>(s)), kept[s]});
+    }
+  }
   return state;
+}
+
+bool ParameterServerWorker::robust() const {
+  const auto& dp = context_.config.data_parallel;
+  return !ticketed() && (dp.aggregator != "mean" || dp.attack != "none");
+}
+
+std::string ParameterServerWorker::aggregator_state_name(int server) {
+  return fmt::format("ps/aggregator_state/server{}", server);
+}
+
+void ParameterServerWorker::restore_aggregator_states(std::vector<optim::StateTensor>& state,
+                                                      const std::string& path) {
+  std::vector<std::vector<float>> saved;
+  for (int s = 0;; ++s) {
+    const auto it = std::find_if(state.begin(), state.end(), [&](const optim::StateTensor& t) {
+      return t.name == aggregator_state_name(s);
+    });
+    if (it == state.end()) break;
+    saved.push_back(std::move(it->values));
+    state.erase(it);
+  }
+  if (!robust() || context_.rank != 0) return;
+  const int servers = client_.layout().servers();
+  if (std::ssize(saved) != servers) {
+    log::warn(
+        "checkpoint {} holds the aggregator state of {} parameter server(s), this run has "
+        "{}: the servers' aggregators (centered clipping's centre, bucketing's shuffles) "
+        "restart",
+        path, saved.size(), servers);
+    return;
+  }
+  const std::vector<bool> loaded = client_.set_aggregator_states(saved);
+  for (int s = 0; s < servers; ++s) {
+    if (!loaded[static_cast<std::size_t>(s)]) {
+      log::warn(
+          "checkpoint {}: parameter server {}'s aggregator state does not fit its aggregator "
+          "{} (another aggregator or shard): it restarts",
+          path, s, context_.config.data_parallel.aggregator);
+    }
+  }
 }
 
 namespace {
@@ -193,6 +240,8 @@ void ParameterServerWorker::restore_state(std::vector<optim::StateTensor> state,
                                           std::int64_t optimizer_steps, optim::Optimizer& optimizer,
                                           const std::string& path) {
   restore_per_worker_state(state, path);
+  // Worker 0 alone talks to the servers here; the barrier below holds the others.
+  restore_aggregator_states(state, path);
   nn::ParamStore& store = context_.model.store();
   const ps::KeyRange all{0, store.num_params()};
   // The checkpoint's state by key, which each server cuts its range from.

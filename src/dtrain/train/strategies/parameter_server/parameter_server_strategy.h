@@ -13,7 +13,8 @@
 // each server taking its key range. The worker's own optimizer (which updates nothing) counts the
 // servers' updates, so a checkpoint's optimizer_steps is theirs. bsp resumes bitwise; async and ssp
 // resume from a snapshot taken while other workers may still push (docs/PS.md, "Checkpoints").
-// With error feedback on compressed pushes, bsp checkpoints also hold every worker's residual.
+// With error feedback on compressed pushes, bsp checkpoints also hold every worker's residual, and
+// with robust aggregation each server's aggregator state.
 // Worker momentum (data_parallel.worker_momentum, bsp with robust aggregation; docs/ROBUST.md):
 // each worker pushes its momentum m <- beta m + g (g its own mean gradient) instead of g, in the
 // push's units (times its share of the batch), so the servers' rows are the workers' momenta; bsp
@@ -66,6 +67,13 @@ class ParameterServerWorker final : public Strategy {
   // Worker momentum: the pushed gradient (store.grads(), its share of the batch's mean gradient)
   // becomes the share of this worker's momentum, m <- beta m + grads x B / samples.
   void apply_worker_momentum(const StepInput& input);
+  // bsp with robust aggregation (an aggregator other than the mean, or an attack).
+  bool robust() const;
+  // Checkpoints hold each server's aggregator state under this name (its shard's: centered
+  // clipping's centre over the shard), so it resumes on as many servers; another count restarts
+  // them and worker 0 says so.
+  static std::string aggregator_state_name(int server);
+  void restore_aggregator_states(std::vector<optim::StateTensor>& state, const std::string& path);
 
   ps::Client& client_;
   std::int64_t dropped_steps_ = 0;  // bsp with backup workers: this worker's late gradients

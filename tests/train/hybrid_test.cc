@@ -2,7 +2,9 @@
 // 2 replicas of a 2-way tensor split train the parameters of one worker on the same global batch
 // (1e-5 relative); ZeRO-1 on the data axis gives the plain data axis's parameters; the bytes each
 // rank sends per step equal the formula; a resumed grid equals the uninterrupted run, and its
-// checkpoint (one worker's layout) resumes on another grid; bad grids are one-line errors.
+// checkpoint (one worker's layout) resumes on another grid; bad grids are one-line errors. The
+// pipeline of tensor-parallel stages (tp x pp, tp x pp x dp on 8 ranks) follows one worker too,
+// sends the bytes of its formula and resumes bitwise on the same grid.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -44,9 +46,10 @@ class HybridTest : public testing::ParallelTrainingTest {
     return {store.params(), store.params() + store.num_params()};
   }
 
-  void expect_follows_one_worker(const Config& c, const char* what) {
+  void expect_follows_one_worker(const Config& c, const char* what, int ranks = 4,
+                                 const std::string& run = "") {
     const std::vector<float> reference = one_worker(c);
-    const std::vector<float> params = allreduce_training(c, 4);
+    const std::vector<float> params = allreduce_training(c, ranks, run);
     const double relative = relative_difference(params, reference);
     std::fprintf(stderr, "%s: relative difference to one worker %.3g (%s)\n", what, relative,
                  params == reference ? "bitwise" : "not bitwise");
@@ -85,16 +88,20 @@ TEST_F(HybridTest, DataTimesTensorFollowsOneWorker) {
 }
 
 TEST_F(HybridTest, ZeroOneOnTheDataAxisGivesThePlainAxisParameters) {
-  for (const bool tensor : {false, true}) {
-    Config c = tensor ? grid(2, 2, 1) : grid(2, 1, 2);
-    c.optim.name = "adam";
-    c.optim.momentum = 0.0;
-    c.optim.lr = 0.01;
-    const std::vector<float> plain = allreduce_training(c, 4);
-    c.data_parallel.zero_stage = std::string("1");
-    const std::vector<float> sharded = allreduce_training(c, 4);
-    // A ring allreduce is its reduce-scatter and allgather: the same sums in the same order.
-    EXPECT_EQ(sharded, plain) << (tensor ? "dp x tp" : "dp x pp");
+  for (const int tensor : {1, 2}) {
+    for (const int stages : {1, 2}) {
+      if (tensor == 1 && stages == 1) continue;
+      Config c = grid(2, tensor, stages);
+      c.optim.name = "adam";
+      c.optim.momentum = 0.0;
+      c.optim.lr = 0.01;
+      const int ranks = 2 * tensor * stages;
+      const std::vector<float> plain = allreduce_training(c, ranks);
+      c.data_parallel.zero_stage = std::string("1");
+      const std::vector<float> sharded = allreduce_training(c, ranks);
+      // A ring allreduce is its reduce-scatter and allgather: the same sums in the same order.
+      EXPECT_EQ(sharded, plain) << "dp 2 x tp " << tensor << " x pp " << stages;
+    }
   }
 }
 
@@ -145,6 +152,176 @@ TEST_F(HybridTest, ResumesOnTheSameGridBitwiseAndOnAnotherGridFromOneWorkersLayo
       1e-5);
 }
 
+// dp 2 x tp 2 with dropout: replica d draws the masks of data-parallel rank d of 2 (streams
+// step D + d), so the grid follows --workers 2 data parallelism; replicas drawing the same masks
+// (replica 0's stream) for different samples would not (22% away when tried).
+TEST_F(HybridTest, DataTimesTensorWithDropoutFollowsDataParallel) {
+  Config c = grid(2, 2, 1);
+  c.model.dropout = 0.3f;
+  Config reference = c;
+  reference.parallel.strategy = "data_parallel";
+  reference.hybrid = HybridSection{};
+  reference.pipeline = PipelineSection{};
+  const std::vector<float> expected = allreduce_training(reference, 2);
+  const std::vector<float> params = allreduce_training(c, 4);
+  EXPECT_LT(relative_difference(params, expected), 1e-5);
+  // The 3-D grid: each replica's pipeline of split stages draws as data-parallel rank d
+  // accumulating the m = 2 micro-batches, streams (step m + k) D + d.
+  Config three = grid(2, 2, 2);
+  three.model.dropout = 0.3f;
+  reference.train.accumulate_steps = 2;
+  EXPECT_LT(relative_difference(allreduce_training(three, 8), allreduce_training(reference, 2)),
+            1e-5);
+}
+
+// Checks every rank's bytes per step (model group: pipeline p2p + the tensor split's collectives
+// of its stage; data group) against the formula, in run folder `run`, on `ranks` ranks.
+void expect_bytes_equal_formula(const std::string& run, std::size_t ranks) {
+  std::ifstream in(std::filesystem::path(run) / "summary.json");
+  const auto parallel = nlohmann::json::parse(in).at("parallel");
+  EXPECT_EQ(parallel.at("strategy"), "hybrid");
+  ASSERT_EQ(parallel.at("per_grid_rank").size(), ranks);
+  for (const auto& row : parallel.at("per_grid_rank")) {
+    const double model = row.at("model_group_bytes_sent_per_step").get<double>();
+    EXPECT_GT(model, 0.0);
+    EXPECT_DOUBLE_EQ(model, row.at("model_group_bytes_predicted_per_step").get<double>())
+        << row.dump();
+    EXPECT_DOUBLE_EQ(row.at("data_group_bytes_sent_per_step").get<double>(),
+                     row.at("data_group_bytes_predicted_per_step").get<double>())
+        << row.dump();
+  }
+}
+
+// A pipeline of tensor-parallel stages: 2 stages of a 2-way tensor split (the MLP's all-gather
+// form), alone and with 2 data replicas around it (8 ranks).
+TEST_F(HybridTest, TensorTimesPipelineFollowsOneWorkerAndSendsTheFormulasBytes) {
+  const std::string run = dir("tp-pp");
+  expect_follows_one_worker(grid(1, 2, 2), "tp 2 x pp 2 sgd", 4, run);
+  expect_bytes_equal_formula(run, 4);
+  const std::string run3 = dir("tp-pp-dp");
+  expect_follows_one_worker(grid(2, 2, 2), "dp 2 x tp 2 x pp 2 sgd", 8, run3);
+  expect_bytes_equal_formula(run3, 8);
+  std::ifstream in(std::filesystem::path(run3) / "summary.json");
+  const auto g = nlohmann::json::parse(in).at("parallel").at("grid");
+  EXPECT_EQ(g.at("tensor_groups").dump(), "[[0,1],[2,3],[4,5],[6,7]]");
+  EXPECT_EQ(g.at("data_groups").dump(), "[[0,2],[1,3],[4,6],[5,7]]");
+  EXPECT_EQ(g.at("pipeline_groups").dump(), "[[0,4],[1,5],[2,6],[3,7]]");
+  // P = 3 and 4 stages of the MLP's 6 layers, on 6 and 8 ranks.
+  for (const int stages : {3, 4}) {
+    const std::string run_p = dir("tp-pp-n");
+    const std::string what = fmt::format("tp 2 x pp {}", stages);
+    expect_follows_one_worker(grid(1, 2, stages), what.c_str(), 2 * stages, run_p);
+    expect_bytes_equal_formula(run_p, static_cast<std::size_t>(2 * stages));
+  }
+}
+
+// Batch-norm running statistics on dp 2 x pp 2 (a ResNet): before the final evaluation the data
+// group replaces each replica's by their mean, so every rank ends with the same buffers, equal to
+// the mean of the two ranks' buffers under --workers 2 data parallelism accumulating the m = 2
+// micro-batches (the running-statistics update is linear: the mean taken once at the end is the
+// mean taken after every step, to rounding). A resume from the epoch-1 checkpoint is bitwise.
+TEST_F(HybridTest, BatchNormRunningStatisticsAreTheMeanOverTheDataAxis) {
+  Config c = grid(2, 1, 2);
+  c.model.name = "resnet";
+  c.model.resnet_width = 4;
+  c.data.synthetic_shape = {1, 8, 8};
+  // Each rank's buffers, then (last) rank 0's parameters.
+  const auto buffers_of = [&](const Config& config, int ranks, std::string folder = "",
+                              bool resume = false) {
+    std::vector<std::vector<float>> buffers(static_cast<std::size_t>(ranks + 1));
+    Config run = config;
+    run.parallel.workers = ranks;
+    if (folder.empty()) folder = dir("bn");
+    comm::spawn_ranks(
+        ranks,
+        [&](comm::Communicator& comm) {
+          ScopedComputePool pool(1);
+          TrainerOptions options{folder, resume, true, stderr, nullptr, nullptr};
+          options.comm = &comm;
+          Trainer trainer(run, options);
+          trainer.run();
+          const auto& store = trainer.model().store();
+          buffers[static_cast<std::size_t>(comm.rank())].assign(
+              store.buffers(), store.buffers() + store.num_buffer_elements());
+          if (comm.rank() == 0) {
+            buffers.back().assign(store.params(), store.params() + store.num_params());
+          }
+        },
+        comm_options());
+    return buffers;
+  };
+  Config reference = c;
+  reference.parallel.strategy = "data_parallel";
+  reference.hybrid = HybridSection{};
+  reference.pipeline = PipelineSection{};
+  reference.train.accumulate_steps = 2;
+  const auto ranks = buffers_of(reference, 2);
+  ASSERT_GT(ranks[0].size(), 0u);
+  ASSERT_NE(ranks[0], ranks[1]);  // the replicas' statistics differ before the mean
+  std::vector<float> mean(ranks[0].size());
+  for (std::size_t i = 0; i < mean.size(); ++i) mean[i] = (ranks[0][i] + ranks[1][i]) / 2.0f;
+  const auto grid_buffers = buffers_of(c, 4);
+  for (int r = 1; r < 4; ++r) EXPECT_EQ(grid_buffers[static_cast<std::size_t>(r)], grid_buffers[0]);
+  EXPECT_LT(relative_difference(grid_buffers[0], mean), 1e-5);
+  // Resumed on the same grid from the epoch-1 checkpoint (which holds the mean): the parameters
+  // and the statistics of the uninterrupted run, bitwise.
+  c.train.epochs = 2;
+  c.train.checkpoint_every = 1;
+  const auto uninterrupted = buffers_of(c, 4);
+  const std::string run = dir("bn-resumed");
+  Config first = c;
+  first.train.epochs = 1;
+  buffers_of(first, 4, run);
+  const auto resumed = buffers_of(c, 4, run, /*resume=*/true);
+  EXPECT_EQ(resumed[0], uninterrupted[0]);
+  EXPECT_EQ(resumed.back(), uninterrupted.back());
+}
+
+// The GPT cut into 2 stages of Megatron's split (heads, MLP units), the tied head on stage 1;
+// alone (4 ranks) and with 2 data replicas around it (8).
+TEST_F(HybridTest, TensorTimesPipelineGptFollowsOneWorker) {
+  Config c = small_gpt_config("grid", 2, 16);
+  c.train.epochs = 1;
+  c.train.seed = 5;
+  c.parallel.strategy = "hybrid";
+  c.hybrid.tp = 2;
+  c.hybrid.pp = 2;
+  c.pipeline.micro_batches = 2;
+  const std::string run = dir("gpt");
+  expect_follows_one_worker(c, "gpt tp 2 x pp 2", 4, run);
+  expect_bytes_equal_formula(run, 4);
+  c.hybrid.dp = 2;
+  const std::string run3 = dir("gpt-3d");
+  expect_follows_one_worker(c, "gpt dp 2 x tp 2 x pp 2", 8, run3);
+  expect_bytes_equal_formula(run3, 8);
+}
+
+// tp 2 x pp 2 x dp 2 with ZeRO-1 on the data axis and Adam: a run resumed from its epoch-1
+// checkpoint equals the uninterrupted run bitwise; dp 2 x pp 2 continues the same checkpoint.
+TEST_F(HybridTest, TensorTimesPipelineResumesBitwiseOnTheSameGridAndOnAnother) {
+  Config c = grid(2, 2, 2);
+  c.optim.name = "adam";
+  c.optim.momentum = 0.0;
+  c.optim.lr = 0.01;
+  c.train.epochs = 2;
+  c.train.checkpoint_every = 1;
+  c.data_parallel.zero_stage = std::string("1");
+  const std::vector<float> uninterrupted = allreduce_training(c, 8);
+  const std::string run = dir("resumed");
+  Config first = c;
+  first.train.epochs = 1;
+  allreduce_training(first, 8, run);
+  EXPECT_EQ(allreduce_training(c, 8, run, /*resume=*/true), uninterrupted);
+  // The 3-D checkpoint holds one worker's layout: dp 2 x pp 2 (4 ranks) continues it.
+  const std::string other = dir("regridded");
+  allreduce_training(first, 8, other);
+  Config pipeline = c;
+  pipeline.hybrid.tp = 1;
+  EXPECT_LT(
+      relative_difference(allreduce_training(pipeline, 4, other, /*resume=*/true), uninterrupted),
+      1e-5);
+}
+
 TEST_F(HybridTest, BadGridsAreConfigErrorsNamingTheNumbers) {
   const auto error_of = [&](const Config& c, int ranks) -> std::string {
     try {
@@ -157,8 +334,15 @@ TEST_F(HybridTest, BadGridsAreConfigErrorsNamingTheNumbers) {
   const std::string product = error_of(grid(2, 1, 2), 2);
   EXPECT_NE(product.find("2 x 1 x 2 = 4"), std::string::npos) << product;
   EXPECT_NE(product.find("2 ranks"), std::string::npos) << product;
-  const std::string both = error_of(grid(1, 2, 2), 4);
-  EXPECT_NE(both.find("hybrid.tp = 2 with hybrid.pp = 2"), std::string::npos) << both;
+  // mlp_config's hidden widths 16 and 8 do not split over 3 tensor ranks.
+  const std::string split = error_of(grid(1, 3, 2), 6);
+  EXPECT_NE(split.find("16 outputs"), std::string::npos) << split;
+  EXPECT_NE(split.find("3 ranks"), std::string::npos) << split;
+  Config balanced = grid(1, 2, 2);
+  balanced.pipeline.partition = "balanced";
+  const std::string cut = error_of(balanced, 4);
+  EXPECT_NE(cut.find("hybrid.tp = 2 with hybrid.pp = 2"), std::string::npos) << cut;
+  EXPECT_NE(cut.find("pipeline.partition = \"layers\""), std::string::npos) << cut;
 }
 
 }  // namespace

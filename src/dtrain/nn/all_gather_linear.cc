@@ -9,7 +9,7 @@ namespace dtrain::nn {
 AllGatherLinear::AllGatherLinear(std::string name, std::int64_t in_features,
                                  std::int64_t out_features, GroupComm& group, InitKind init,
                                  float sigma)
-    : Layer(std::move(name)), out_(out_features), group_(group) {
+    : Layer(std::move(name)), out_(out_features), group_(group), init_(init), sigma_(sigma) {
   if (out_ <= 0 || out_ % group.size() != 0) {
     throw ConfigError(fmt::format(
         "layer {}: {} output features cannot be split over {} tensor-parallel ranks (not "
@@ -72,6 +72,11 @@ const tensor::Tensor& AllGatherLinear::backward(const tensor::Tensor& dy, bool n
   std::copy(partial.data(), partial.data() + partial.numel(), dx_.data());
   group_.allreduce_sum(dx_.data(), dx_.numel());
   return dx_;
+}
+
+std::unique_ptr<Layer> AllGatherLinear::clone() const {
+  return std::make_unique<AllGatherLinear>(name(), local_->in_features(), out_, group_, init_,
+                                           sigma_);
 }
 
 }  // namespace dtrain::nn

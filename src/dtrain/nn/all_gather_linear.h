@@ -38,10 +38,14 @@ class AllGatherLinear : public Layer {
   const tensor::Tensor& forward(const tensor::Tensor& x, const ForwardContext& ctx) override;
   const tensor::Tensor& backward(const tensor::Tensor& dy, bool need_input_grad) override;
   std::vector<Layer*> sublayers() override { return {local_.get()}; }
+  // A replica for another micro-batch slot, over the same group (see Layer::clone).
+  std::unique_ptr<Layer> clone() const override;
 
  private:
   std::int64_t out_;
   GroupComm& group_;
+  InitKind init_;
+  float sigma_;
   std::unique_ptr<Linear> local_;  // Linear(in -> out / P) under the same name
   tensor::Tensor gathered_;        // (P, rows, out/P): the all-gather's rank-major blocks
   tensor::Tensor y_;               // (rows..., out)

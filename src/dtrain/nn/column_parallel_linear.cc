@@ -55,4 +55,8 @@ const tensor::Tensor& ColumnParallelLinear::backward(const tensor::Tensor& dy,
   return dx_;
 }
 
+std::unique_ptr<Layer> ColumnParallelLinear::clone() const {
+  return std::make_unique<ColumnParallelLinear>(name(), local_->in_features(), out_, group_);
+}
+
 }  // namespace dtrain::nn

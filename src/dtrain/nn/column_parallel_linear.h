@@ -42,6 +42,9 @@ class ColumnParallelLinear : public Layer {
   // dx is summed over the group (f's backward), so it is whole and the same on every rank.
   const tensor::Tensor& backward(const tensor::Tensor& dy, bool need_input_grad) override;
   std::vector<Layer*> sublayers() override { return {local_.get()}; }
+  // A replica for another micro-batch slot (a pipeline stage of tensor-parallel layers): the same
+  // sizes over the same group, declared and bound by Model to the same parameters.
+  std::unique_ptr<Layer> clone() const override;
 
   std::int64_t local_out_features() const { return local_->out_features(); }
 

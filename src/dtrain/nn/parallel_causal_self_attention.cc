@@ -7,7 +7,7 @@ namespace dtrain::nn {
 ParallelCausalSelfAttention::ParallelCausalSelfAttention(std::string name, std::int64_t dim,
                                                          std::int64_t heads, std::int64_t block,
                                                          GroupComm& group)
-    : Layer(std::move(name)), dim_(dim), heads_(heads), block_(block) {
+    : Layer(std::move(name)), group_(group), dim_(dim), heads_(heads), block_(block) {
   const int parts = group.size();
   if (dim_ <= 0 || heads_ <= 0 || block_ <= 0 || dim_ % heads_ != 0 || heads_ % parts != 0) {
     throw ConfigError(fmt::format(
@@ -64,6 +64,12 @@ const tensor::Tensor& ParallelCausalSelfAttention::backward(const tensor::Tensor
   causal_attention_backward(dims_, tile_, qkv_out_.data(), probs_.data(), dheads.data(), scratch_,
                             dqkv_.data());
   return qkv_->backward(dqkv_, need_input_grad);
+}
+
+std::unique_ptr<Layer> ParallelCausalSelfAttention::clone() const {
+  auto copy = std::make_unique<ParallelCausalSelfAttention>(name(), dim_, heads_, block_, group_);
+  copy->tile_ = tile_;
+  return copy;
 }
 
 }  // namespace dtrain::nn

@@ -38,8 +38,11 @@ class ParallelCausalSelfAttention : public Layer {
   const tensor::Tensor& forward(const tensor::Tensor& x, const ForwardContext& ctx) override;
   const tensor::Tensor& backward(const tensor::Tensor& dy, bool need_input_grad) override;
   std::vector<Layer*> sublayers() override { return {qkv_.get(), proj_.get()}; }
+  // A replica for another micro-batch slot, over the same group, with the same tile.
+  std::unique_ptr<Layer> clone() const override;
 
  private:
+  GroupComm& group_;
   std::int64_t dim_;
   std::int64_t heads_;
   std::int64_t block_;

@@ -85,4 +85,8 @@ const tensor::Tensor& RowParallelLinear::backward(const tensor::Tensor& dy, bool
   return dx_;
 }
 
+std::unique_ptr<Layer> RowParallelLinear::clone() const {
+  return std::make_unique<RowParallelLinear>(name(), in_, out_, group_);
+}
+
 }  // namespace dtrain::nn

@@ -34,6 +34,8 @@ class RowParallelLinear : public Layer {
   void bind(ParamStore& store) override;
   const tensor::Tensor& forward(const tensor::Tensor& x, const ForwardContext& ctx) override;
   const tensor::Tensor& backward(const tensor::Tensor& dy, bool need_input_grad) override;
+  // A replica for another micro-batch slot, over the same group (see Layer::clone).
+  std::unique_ptr<Layer> clone() const override;
 
   std::int64_t local_in_features() const { return in_local_; }
 

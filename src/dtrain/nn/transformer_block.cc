@@ -110,7 +110,10 @@ std::vector<Layer*> TransformerBlock::sublayers() {
 }
 
 std::unique_ptr<Layer> TransformerBlock::clone() const {
-  if (whole_attention_ == nullptr) return Layer::clone();  // a split block: no slots
+  if (whole_attention_ == nullptr) {
+    return std::make_unique<TransformerBlock>(name(), dim_, heads_, block_, attn_->clone(),
+                                              fc_->clone(), out_->clone(), split_);
+  }
   // sigma does not matter: a replica shares the parameters and is never init()ed.
   auto copy = std::make_unique<TransformerBlock>(name(), dim_, heads_, block_);
   copy->whole_attention_->set_tile(whole_attention_->tile());

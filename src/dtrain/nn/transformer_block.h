@@ -40,7 +40,8 @@ class TransformerBlock : public Layer {
                    std::unique_ptr<Layer> out, int split);
 
   std::string describe() const override;
-  // A replica for another micro-batch slot; the unsplit block only (Layer::clone otherwise).
+  // A replica for another micro-batch slot. A split block clones its attention and MLP layers
+  // (each over the same tensor-parallel group) and wraps them in a block of the same split.
   std::unique_ptr<Layer> clone() const override;
   // (B, T, d) with 1 <= T <= block -> (B, T, d).
   tensor::Shape output_shape(const tensor::Shape& input) const override;

@@ -6,6 +6,11 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
+#include "dtrain/nn/all_gather_linear.h"
+#include "dtrain/nn/column_parallel_linear.h"
+#include "dtrain/nn/parallel_causal_self_attention.h"
+#include "dtrain/nn/row_parallel_linear.h"
+#include "dtrain/nn/transformer_block.h"
 #include "dtrain/train/strategies/pipeline/pipeline_strategy.h"
 #include "dtrain/train/strategies/single_worker.h"
 #include "dtrain/train/strategies/tensor_parallel/tensor_parallel_strategy.h"
@@ -35,12 +40,43 @@ double bytes_sent(comm::Communicator& comm) {
   return sum;
 }
 
-// Elements of layer `layers`' input for `batch` samples (the output of layers [0, layers)).
-std::int64_t numel_after(const nn::Model& model, std::size_t layers, std::int64_t batch) {
+// The shape of layer `layers`' input for `batch` samples (the output of layers [0, layers)).
+tensor::Shape shape_after(const nn::Model& model, std::size_t layers, std::int64_t batch) {
   tensor::Shape shape{batch};
   shape.insert(shape.end(), model.sample_shape().begin(), model.sample_shape().end());
   for (std::size_t i = 0; i < layers; ++i) shape = model.layers()[i]->output_shape(shape);
-  return tensor::shape_numel(shape);
+  return shape;
+}
+
+// Elements of layer `layers`' input for `batch` samples.
+std::int64_t numel_after(const nn::Model& model, std::size_t layers, std::int64_t batch) {
+  return tensor::shape_numel(shape_after(model, layers, batch));
+}
+
+// Bytes a tensor rank sends in the collectives of `layer` (a layer of the tensor split) for one
+// forward and backward of `input`, ring allreduce 2 (P-1)/P x 4 n, all-gather (P-1)/P x 4 n:
+//   split TransformerBlock   4 allreduces of its input's size (attention and MLP, f and g)
+//   AllGatherLinear          all-gather of its output + allreduce of its input gradient
+//   ColumnParallelLinear     allreduce of its input gradient;  RowParallelLinear: of its output
+// Input gradients only where the backward computes them (input_grad).
+double tensor_layer_bytes(nn::Layer& layer, const tensor::Shape& input, bool input_grad,
+                          int parts) {
+  const double share = static_cast<double>(parts - 1) / parts;
+  const auto in = static_cast<double>(tensor::shape_numel(input));
+  if (auto* block = dynamic_cast<nn::TransformerBlock*>(&layer)) {
+    const std::vector<nn::Layer*> subs = block->sublayers();
+    const bool split = subs.size() > 1 && dynamic_cast<nn::ParallelCausalSelfAttention*>(subs[1]);
+    return split ? 4.0 * 2.0 * share * 4.0 * in : 0.0;
+  }
+  const auto out = static_cast<double>(tensor::shape_numel(layer.output_shape(input)));
+  if (dynamic_cast<nn::AllGatherLinear*>(&layer) != nullptr) {
+    return share * 4.0 * out + (input_grad ? 2.0 * share * 4.0 * in : 0.0);
+  }
+  if (dynamic_cast<nn::ColumnParallelLinear*>(&layer) != nullptr) {
+    return input_grad ? 2.0 * share * 4.0 * in : 0.0;
+  }
+  if (dynamic_cast<nn::RowParallelLinear*>(&layer) != nullptr) return 2.0 * share * 4.0 * out;
+  return 0.0;
 }
 
 }  // namespace
@@ -48,10 +84,12 @@ std::int64_t numel_after(const nn::Model& model, std::size_t layers, std::int64_
 Hybrid::Hybrid(const StrategyContext& context) : Strategy(context) {
   comm::Communicator& world = required_communicator(context, "hybrid");
   const parallel::GridShape shape = grid_shape(context.config);
-  if (shape.tp > 1 && shape.pp > 1) {
+  if (shape.tp > 1 && shape.pp > 1 && context.config.pipeline.partition == "balanced") {
+    // Each tensor rank measures its own layer times: the T pipelines could cut differently, and
+    // the tensor group's collectives would then not match.
     throw ConfigError(fmt::format(
-        "hybrid.tp = {} with hybrid.pp = {}: a pipeline of tensor-parallel stages is not built "
-        "yet; combine data parallelism with one of them (--dp D --pp P, or --dp D --tp T)",
+        "hybrid.tp = {} with hybrid.pp = {} and pipeline.partition = \"balanced\": the tensor "
+        "ranks' pipelines must cut alike; use pipeline.partition = \"layers\"",
         shape.tp, shape.pp));
   }
   const bool zero1 = context.config.data_parallel.zero_stage == "1";
@@ -68,12 +106,30 @@ Hybrid::Hybrid(const StrategyContext& context) : Strategy(context) {
                         group.rank(),   group.size(),  context.trace,
                         context.local};
   nn::Model* model = &context_.model;
-  if (shape.pp > 1) {
+  if (shape.pp > 1 && shape.tp > 1) {
+    // A pipeline of tensor-parallel stages: the tensor split over the tensor group, then the
+    // pipeline over the pipeline group, cutting the split model.
+    comm::Communicator& tensor_group = grid_->tensor();
+    StrategyContext split{context.config,      context.model, &tensor_group, tensor_group.rank(),
+                          tensor_group.size(), context.trace, context.local};
+    stage_split_ = std::make_unique<TensorParallel>(split);
+    tensor_ = stage_split_.get();
+    model = &tensor_->split_model();
+    StrategyContext stages{context.config, *model,        &group,       group.rank(),
+                           group.size(),   context.trace, context.local};
+    auto pipeline = std::make_unique<Pipeline>(stages);
+    pipeline->set_data_replica(grid_->coords().dp, shape.dp);
+    pipeline_ = pipeline.get();
+    inner_ = std::move(pipeline);
+  } else if (shape.pp > 1) {
     auto pipeline = std::make_unique<Pipeline>(inner);
     pipeline->set_data_replica(grid_->coords().dp, shape.dp);
+    pipeline_ = pipeline.get();
     inner_ = std::move(pipeline);
   } else if (shape.tp > 1) {
     auto tensor = std::make_unique<TensorParallel>(inner);
+    // Replica d draws the dropout masks of data-parallel rank d of D, not replica 0's.
+    tensor->set_data_replica(grid_->coords().dp, shape.dp);
     tensor_ = tensor.get();
     model = &tensor->split_model();
     inner_ = std::move(tensor);
@@ -84,6 +140,7 @@ Hybrid::Hybrid(const StrategyContext& context) : Strategy(context) {
   // The formula is the ring's; auto would pick by size and make it another.
   options.algorithm =
       context.config.parallel.allreduce == "auto" ? "ring" : context.config.parallel.allreduce;
+  trained_ = model;
   axis_ = std::make_unique<DataAxis>(grid_->data(), *model, inner_->optimizer_segments(), options,
                                      zero1);
 }
@@ -111,11 +168,35 @@ DataAxisOptimizer& Hybrid::view(optim::Optimizer& optimizer) {
   return *view_;
 }
 
+double Hybrid::predicted_stage_tensor_bytes(std::int64_t samples) const {
+  const nn::Model& model = tensor_->split_model();
+  const int s = grid_->coords().pp;
+  const nn::LayerRange range = pipeline_->stages()[static_cast<std::size_t>(s)];
+  const std::int64_t m = context_.config.pipeline.micro_batches;
+  // As Model::backward_range: the first stage computes no input gradient below its first layer
+  // with parameters; the others send theirs on.
+  const bool stage_input_grad = s > 0;
+  const std::size_t lowest =
+      stage_input_grad ? range.begin : std::max(range.begin, model.first_trainable());
+  double bytes = 0.0;
+  for (std::int64_t k = 0; k < m; ++k) {
+    const std::int64_t size = samples * (k + 1) / m - samples * k / m;
+    for (std::size_t i = range.begin; i < range.end; ++i) {
+      const bool input_grad = i > lowest || stage_input_grad;
+      bytes += tensor_layer_bytes(*model.layers()[i], shape_after(model, i, size), input_grad,
+                                  grid_->shape().tp);
+    }
+  }
+  return bytes;
+}
+
 double Hybrid::predicted_model_bytes(std::int64_t samples) const {
-  if (tensor_ != nullptr) return tensor_->predicted_step_bytes(samples);
-  const auto* pipeline = dynamic_cast<const Pipeline*>(inner_.get());
-  if (pipeline == nullptr) return 0.0;
-  const nn::Model& model = context_.model;
+  if (tensor_ != nullptr && pipeline_ == nullptr) return tensor_->predicted_step_bytes(samples);
+  if (pipeline_ == nullptr) return 0.0;
+  const Pipeline* pipeline = pipeline_;
+  // The pipeline cuts the split model under tp x pp: its boundary activations are whole, the same
+  // shapes as the unsplit model's.
+  const nn::Model& model = tensor_ != nullptr ? tensor_->split_model() : context_.model;
   const int p = grid_->shape().pp;
   const int s = grid_->coords().pp;
   const auto& stages = pipeline->stages();
@@ -147,15 +228,29 @@ double Hybrid::predicted_model_bytes(std::int64_t samples) const {
       }
     }
   }
+  if (tensor_ != nullptr) bytes += predicted_stage_tensor_bytes(samples);
   return bytes;
 }
 
 StepResult Hybrid::step(const StepInput& input, optim::Optimizer& optimizer) {
   comm::Communicator& group = model_group();
-  const double model_before = bytes_sent(group);
+  // tp x pp: the model group is both the pipeline and the tensor group.
+  const bool both = stage_split_ != nullptr;
+  const auto model_sent = [&] {
+    return bytes_sent(group) + (both ? bytes_sent(grid_->tensor()) : 0.0);
+  };
+  const double model_before = model_sent();
   const double data_before = bytes_sent(grid_->data());
   StepResult result = inner_->step(input, view(optimizer));
-  model_bytes_ += bytes_sent(group) - model_before;
+  if (both) {
+    tensor_->invalidate_whole_model();
+    // Each of the replica's T pipelines reports the loss on its stage 0: tensor rank 0's counts.
+    if (grid_->coords().tp != 0) {
+      result.loss = 0.0f;
+      result.correct = 0;
+    }
+  }
+  model_bytes_ += model_sent() - model_before;
   data_bytes_ += bytes_sent(grid_->data()) - data_before;
   model_bytes_predicted_ += predicted_model_bytes(input.x.dim(0));
   data_bytes_predicted_ += predicted_data_bytes();
@@ -165,21 +260,55 @@ StepResult Hybrid::step(const StepInput& input, optim::Optimizer& optimizer) {
   return result;
 }
 
-void Hybrid::before_evaluation() { inner_->before_evaluation(); }
+void Hybrid::average_buffers() {
+  comm::Communicator& data = grid_->data();
+  nn::ParamStore& store = trained_->store();
+  const std::int64_t n = store.num_buffer_elements();
+  if (data.size() == 1 || n == 0) return;
+  // Every rank averages its whole buffer array: the stage's own statistics, and the other stages'
+  // copies, equal on every replica since the last gather and overwritten by the next.
+  data.allreduce(store.buffers(), n, DType::kF32, comm::ReduceOp::kSum);
+  const auto replicas = static_cast<float>(data.size());
+  for (std::int64_t i = 0; i < n; ++i) store.buffers()[i] /= replicas;
+}
+
+void Hybrid::before_evaluation() {
+  average_buffers();
+  // tp x pp: the pipeline gathers its stages of the split model on every rank of each pipeline,
+  // then the tensor group gathers the split tensors into the Trainer's model.
+  inner_->before_evaluation();
+  if (stage_split_) stage_split_->before_evaluation();
+}
 void Hybrid::after_evaluation() { inner_->after_evaluation(); }
 
 std::vector<optim::StateTensor> Hybrid::checkpoint_state(const optim::Optimizer& optimizer) {
   // Every replica assembles the same; world rank 0 (rank 0 of replica 0's group) writes it.
-  return inner_->checkpoint_state(view(const_cast<optim::Optimizer&>(optimizer)));
+  average_buffers();
+  std::vector<optim::StateTensor> state =
+      inner_->checkpoint_state(view(const_cast<optim::Optimizer&>(optimizer)));
+  if (!stage_split_) return state;
+  // tp x pp: stage 0 of each pipeline holds its tensor rank's state in the split model's layout;
+  // the tensor group of stage 0 gathers it into one worker's. The other stages' tensor groups
+  // only gather the parameters (their state is not written).
+  if (grid_->coords().pp == 0) return stage_split_->gather_state(state);
+  stage_split_->before_evaluation();
+  return state;
 }
 
 void Hybrid::restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
                            optim::Optimizer& optimizer, const std::string& path) {
+  // tp x pp: one worker's layout -> this tensor rank's split layout -> this stage's part.
+  if (stage_split_) state = stage_split_->slice_state(std::move(state), path);
   inner_->restore_state(std::move(state), optimizer_steps, view(optimizer), path);
 }
 
 std::vector<std::string> Hybrid::describe() const {
   std::vector<std::string> lines = grid_->describe();
+  // tp x pp: the tensor split's line (its bytes are the whole model's; this rank's stage sends
+  // its part, in the model-group figure below), then the pipeline's.
+  if (stage_split_) {
+    for (const std::string& line : stage_split_->describe()) lines.push_back(line);
+  }
   for (const std::string& line : inner_->describe()) lines.push_back(line);
   const std::int64_t share = context_.config.train.batch_size / grid_->shape().dp;
   lines.push_back(fmt::format(
@@ -237,11 +366,17 @@ nlohmann::json Hybrid::summary(const RunTotalsView& totals) {
            "2 (D-1)/D x 4 N_stage (ring allreduce of the stage's or shard's "
            "gradients; ZeRO-1: reduce-scatter + allgather, the same)"},
           {"model_group_formula",
-           shape.pp > 1   ? "m x 4 (boundary activations forward + their gradients backward) + 16 "
+           shape.pp > 1 && shape.tp > 1
+               ? "m x 4 (boundary activations forward + their gradients backward) + 16 (loss, "
+                 "last stage) + 4 x tied weights, + the tensor split's collectives of this "
+                 "stage's layers (docs/HYBRID.md)"
+           : shape.pp > 1 ? "m x 4 (boundary activations forward + their gradients backward) + 16 "
                             "(loss, last stage) + 4 x tied weights"
            : shape.tp > 1 ? "the tensor split's allreduces (docs/TENSOR_PARALLEL.md)"
                           : "0"},
           {"per_grid_rank", per_rank},
+          // tp x pp: the tensor split that the pipeline (inner) cuts into stages.
+          {"tensor_split", stage_split_ ? nlohmann::json(stage_split_->describe()) : nullptr},
           {"inner", inner}};
 }
 

@@ -10,12 +10,25 @@
 // (or the backward) the sum over the data group of a stage's (a shard's) gradients is the global
 // batch's gradient. The data group sums them right before the update (DataAxis: allreduce, or
 // ZeRO-1's reduce-scatter, update of 1/D, allgather), then every replica's update is the same.
-// tp > 1 together with pp > 1 (a pipeline of tensor-parallel stages) is refused: not built yet.
+// tp > 1 together with pp > 1 is a pipeline of tensor-parallel stages: every rank builds its
+// tensor rank's part of the split model (TensorParallel over its tensor group), and its pipeline
+// group (the ranks of the same tensor rank and replica) cuts that split model into stages, so
+// stage s of tensor rank t exchanges activations point to point with stages s +- 1 of the same
+// tensor rank only. The layers' allreduces run inside the stage, on the tensor group (its ranks
+// hold the same stage and run the same schedule, so they issue the same collectives in the same
+// order). The boundary activations are whole (the split layers' outputs are whole and replicated
+// on the tensor group), so each of the T pipelines sends the whole activation.
 //
 // What it equals. One worker on the same global batch, up to the order of the sums: the replicas'
 // partial sums are added by the allreduce instead of one after the other (dp x pp), and the row-
-// parallel sums split (dp x tp). Parameters follow one worker's to 1e-5 relative after K steps
-// (tests/train/hybrid_test.cc), not bitwise. Dropout draws other streams than one worker.
+// parallel sums split (dp x tp, tp x pp). Parameters follow one worker's to 1e-5 relative after K
+// steps (tests/train/hybrid_test.cc), not bitwise. Dropout: replica d draws the streams of
+// data-parallel rank d of D (accumulating the pipeline's m micro-batches), not one worker's.
+//
+// Batch norm: each replica updates its own running statistics during the steps; before every
+// evaluation and checkpoint the data group replaces them by their mean over the replicas (one
+// allreduce of the buffers). The update r <- (1 - mu) r + mu s is linear in r, so the mean taken
+// then equals, to rounding, the mean taken after every step, at no per-step cost.
 //
 // Evaluation and checkpoints: the inner strategy's, within each replica (the whole model gathered
 // to every rank of the model-parallel group; every replica holds the same), so the Trainer's
@@ -25,7 +38,8 @@
 //
 // Bytes each rank sends per step: the inner strategy's (pipeline: m x 4 (boundary activations
 // forward + their gradients backward) + 16 for the loss on the last stage + tied weights; tensor:
-// its allreduces, docs/TENSOR_PARALLEL.md) + the data group's 2 (D-1)/D x 4 N_stage (ring), where
+// its allreduces, docs/TENSOR_PARALLEL.md; tp x pp: both, the tensor part counting only the split
+// layers of this rank's stage) + the data group's 2 (D-1)/D x 4 N_stage (ring), where
 // N_stage is the floats this rank's optimizer segments cover; printed beside the measurement in
 // summary.json.
 #pragma once
@@ -41,6 +55,7 @@
 
 namespace dtrain::train {
 
+class Pipeline;
 class TensorParallel;
 
 class Hybrid final : public Strategy {
@@ -74,10 +89,21 @@ class Hybrid final : public Strategy {
   DataAxisOptimizer& view(optim::Optimizer& optimizer);
   comm::Communicator& model_group();
 
+  // The mean over the data group of the trained model's buffers (batch-norm running statistics),
+  // in place: before every evaluation and checkpoint (docs/HYBRID.md).
+  void average_buffers();
+  // tp x pp: the model-group bytes of the tensor split's layers on this rank's stage.
+  double predicted_stage_tensor_bytes(std::int64_t samples) const;
+
   std::unique_ptr<parallel::ProcessGrid> grid_;
+  // tp > 1 with pp > 1: the tensor split (its split model, the gathers into the Trainer's model),
+  // which inner_, the pipeline, cuts into stages; declared first so that it outlives inner_.
+  std::unique_ptr<TensorParallel> stage_split_;
   std::unique_ptr<Strategy> inner_;
-  TensorParallel* tensor_ = nullptr;  // inner_ when tp > 1
+  TensorParallel* tensor_ = nullptr;  // inner_ when tp > 1 (pp = 1), stage_split_ with pp > 1
+  Pipeline* pipeline_ = nullptr;      // inner_ when pp > 1
   std::unique_ptr<DataAxis> axis_;
+  nn::Model* trained_ = nullptr;  // the model this rank's optimizer updates (split or not)
   std::unique_ptr<DataAxisOptimizer> view_;
   // Per step, bytes sent: measured (communicator counters) and by the formula.
   std::int64_t steps_ = 0;

@@ -64,6 +64,11 @@ TensorParallel::TensorParallel(const StrategyContext& context)
 
 TensorParallel::~TensorParallel() = default;
 
+void TensorParallel::set_data_replica(int replica, int replicas) {
+  local_ = std::make_unique<LocalGradients>(context_.config, *split_.model, replica, replicas,
+                                            context_.trace);
+}
+
 void TensorParallel::slice_from(const float* full, float* local) const {
   const nn::ParamStore& whole = context_.model.store();
   const nn::ParamStore& part = split_.model->store();
@@ -168,12 +173,17 @@ void TensorParallel::before_evaluation() {
 
 std::vector<optim::StateTensor> TensorParallel::checkpoint_state(
     const optim::Optimizer& optimizer) {
+  return gather_state(optimizer.state());
+}
+
+std::vector<optim::StateTensor> TensorParallel::gather_state(
+    const std::vector<optim::StateTensor>& split) {
   before_evaluation();  // rank 0 writes the whole model's parameters next
   // The optimizer's state vectors follow the split store's layout (its segments tile it in
   // order), so they gather like the parameters.
   std::vector<optim::StateTensor> whole;
   const auto n = static_cast<std::size_t>(context_.model.store().num_params());
-  for (const auto& tensor : optimizer.state()) {
+  for (const auto& tensor : split) {
     // Every optimizer of optim/ keeps per-parameter state (SGD, LARS: velocity; Adam: 2 moments).
     DTRAIN_CHECK_EQ(std::ssize(tensor.values), split_.model->store().num_params());
     std::vector<float> values(n);
@@ -186,6 +196,11 @@ std::vector<optim::StateTensor> TensorParallel::checkpoint_state(
 void TensorParallel::restore_state(std::vector<optim::StateTensor> state,
                                    std::int64_t optimizer_steps, optim::Optimizer& optimizer,
                                    const std::string& path) {
+  Strategy::restore_state(slice_state(std::move(state), path), optimizer_steps, optimizer, path);
+}
+
+std::vector<optim::StateTensor> TensorParallel::slice_state(std::vector<optim::StateTensor> state,
+                                                            const std::string& path) {
   // The Trainer has just loaded the checkpoint's parameters into the unsplit model.
   nn::ParamStore& local = split_.model->store();
   slice_from(context_.model.store().params(), local.params());
@@ -203,7 +218,7 @@ void TensorParallel::restore_state(std::vector<optim::StateTensor> state,
     mine.push_back({tensor.name, std::move(values)});
   }
   whole_model_current_ = true;
-  Strategy::restore_state(std::move(mine), optimizer_steps, optimizer, path);
+  return mine;
 }
 
 std::vector<std::string> TensorParallel::describe() const {

@@ -66,8 +66,25 @@ class TensorParallel final : public Strategy {
   std::vector<std::string> describe() const override;
   nlohmann::json summary(const RunTotalsView& totals) override;
 
-  // The split model (tests compare it with one worker's).
+  // The split model (tests compare it with one worker's; the hybrid grid's pipeline of
+  // tensor-parallel stages cuts it into stages).
   nn::Model& split_model() { return *split_.model; }
+  const nn::Model& split_model() const { return *split_.model; }
+  // Under the hybrid grid: this tensor group is replica `replica` of `replicas` on the data axis,
+  // and draws the dropout streams of that data-parallel rank, (step a + j) D + d for its
+  // accumulation step j of a (LocalGradients), instead of one worker's.
+  void set_data_replica(int replica, int replicas);
+  // The split model's parameters changed outside step() (a pipeline of tensor-parallel stages
+  // trains it): the next before_evaluation() gathers them.
+  void invalidate_whole_model() { whole_model_current_ = false; }
+  // Optimizer state vectors in the split model's layout -> one worker's layout (collective over
+  // the group: one allgather per split tensor); gathers the parameters first, as
+  // before_evaluation().
+  std::vector<optim::StateTensor> gather_state(const std::vector<optim::StateTensor>& split);
+  // After the Trainer loaded a checkpoint into the unsplit model: slices its parameters into the
+  // split model and returns `state` (one worker's layout) sliced into the split model's layout.
+  std::vector<optim::StateTensor> slice_state(std::vector<optim::StateTensor> state,
+                                              const std::string& path);
   // The formula's bytes one rank sends in a step of `samples` samples.
   double predicted_step_bytes(std::int64_t samples) const;
 

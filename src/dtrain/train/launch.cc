@@ -94,6 +94,7 @@ void train_rank(comm::Communicator& comm, const Config& config, const TrainerOpt
 RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
   RunSummary summary;
   std::mutex summary_mutex;
+  const auto started = fs::file_time_type::clock::now();
   try {
     auto data = std::make_shared<const RunData>(load_run_data(config.data));
     // This process's replicas, before any is built (memory_budget.h); a model built in code has
@@ -113,6 +114,22 @@ RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
   } catch (const std::exception& e) {
     std::string message = e.what();
     for (char& ch : message) ch = ch == '\n' ? ' ' : ch;
+    // As with ranks as threads (run_training): a process whose communication failed after rank
+    // 0 wrote the run's results (summary.json, since this process started) costs the run
+    // nothing: a parameter-server worker counted dead that woke after the servers had finished.
+    // It warns and ends as the others did, not with an abort of the job. (The run folder is
+    // rank 0's: on hosts without a shared file system this process cannot see it, and the error
+    // stands.)
+    std::error_code ec;
+    const fs::path written = fs::path(options.run_dir) / "summary.json";
+    if (dynamic_cast<const comm::CommError*>(&e) != nullptr && comm::mpi_world_rank() != 0 &&
+        fs::exists(written, ec) && fs::last_write_time(written, ec) >= started) {
+      log::warn(
+          "process {} of {}: {} (after rank 0 had finished the run and written its results, "
+          "which stand)",
+          comm::mpi_world_rank(), comm::mpi_world_size(), message);
+      return summary;
+    }
     const std::string line = fmt::format("error: process {} of {}: {}", comm::mpi_world_rank(),
                                          comm::mpi_world_size(), message);
     fmt::print(stderr, "{}\n", line);

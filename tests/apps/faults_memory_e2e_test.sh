@@ -19,6 +19,11 @@ expect_error "the model does not fit in memory: 40015200010 parameters x 1 repli
 expect_error "x 2 replicas in this process.*fewer workers in this process (now 2)" \
   train --config examples/synthetic_quick.toml --quiet --out "$TMP/two" --workers 2 \
   --set 'model.hidden=[200000,200000]'
+# A layer list (model.name = "layers") is counted the same way, from its layers' declarations.
+sed 's/out_features = 256/out_features = 200000/' examples/models/mlp.toml > "$TMP/huge_layers.toml"
+expect_error "the model does not fit in memory: 40159200010 parameters x 1 replica" \
+  train --config "$TMP/huge_layers.toml" --quiet --out "$TMP/layers" \
+  --set data.dataset='"synthetic"' --set 'data.synthetic_shape=[1,28,28]'
 elapsed=$(( $(date +%s) - start ))
 (( elapsed < 20 )) || fail "the refusals took ${elapsed}s; they should come before any allocation"
 [[ ! -e "$TMP/one/metrics.jsonl" ]] || fail "a refused run should not start"

@@ -48,6 +48,43 @@ TEST(ParameterCount, EveryModelOfTheZooAsBuilt) {
   expect_counts_as_built(gpt);
 }
 
+// Each zoo model written as its layer list (model.name = "layers"), counted without allocating.
+TEST(ParameterCount, LayerListsAsBuilt) {
+  ModelSpec mlp;
+  mlp.hidden = {32, 16};
+  ModelSpec lenet;
+  lenet.name = "lenet5";
+  ModelSpec resnet;
+  resnet.name = "resnet";
+  resnet.resnet_width = 4;
+  ModelSpec gpt;
+  gpt.name = "gpt";
+  gpt.d_model = 32;
+  gpt.heads = 2;
+  gpt.layers = 2;
+  gpt.block = 16;
+  for (const auto& [zoo, layers] :
+       {std::pair{mlp, mlp_layers(mlp)}, std::pair{lenet, lenet5_layers(lenet)},
+        std::pair{resnet, resnet_layers(resnet)}, std::pair{gpt, gpt_layers(gpt)}}) {
+    ModelSpec spec = zoo;
+    spec.name = "layers";
+    spec.layer_list = layers;
+    if (zoo.name == "gpt") {  // a text data set: windows of `block` bytes, `vocab` classes
+      spec.input = {zoo.block};
+      spec.num_classes = zoo.vocab;
+    }
+    expect_counts_as_built(spec);
+    EXPECT_EQ(count_model_size(spec)->parameters, count_model_size(zoo)->parameters) << zoo.name;
+  }
+  // A list whose model would not fit anywhere is counted, not built.
+  ModelSpec huge;
+  huge.hidden = {200000, 200000};
+  ModelSpec listed = huge;
+  listed.name = "layers";
+  listed.layer_list = mlp_layers(huge);
+  EXPECT_EQ(count_model_size(listed)->parameters, count_model_size(huge)->parameters);
+}
+
 TEST(ParameterCount, HugeModelsWithoutBuildingThem) {
   ModelSpec mlp;
   mlp.hidden = {200000, 200000};

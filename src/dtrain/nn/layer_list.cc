@@ -584,8 +584,13 @@ void check_layer_list(const LayerList& layers, const std::string& where,
   check_list(layers, where, source.empty() ? "" : " in " + source);
 }
 
-std::unique_ptr<Model> build_layer_list(const LayerList& layers, const LayerListInput& input,
-                                        const std::string& where) {
+namespace {
+
+// The layers of the list with every size inferred from the shapes, not yet declared into a store
+// (a layer holds no tensors until then).
+std::vector<std::unique_ptr<Layer>> build_layers(const LayerList& layers,
+                                                 const LayerListInput& input,
+                                                 const std::string& where) {
   if (layers.empty()) {
     throw ConfigError(fmt::format(
         "{}: the layer list is empty; describe the model as [[{}]] tables, each with a kind "
@@ -614,6 +619,24 @@ std::unique_ptr<Model> build_layer_list(const LayerList& layers, const LayerList
         shape.size() == wanted.size() ? "; end with a linear of out_features = \"classes\""
                                       : "; flatten before the last linear"));
   }
+  return built;
+}
+
+}  // namespace
+
+LayerListSize layer_list_size(const LayerList& layers, const LayerListInput& input,
+                              const std::string& where) {
+  ParamStore store;  // declarations only: finalize() would allocate
+  for (auto& layer : build_layers(layers, input, where)) layer->declare(store);
+  LayerListSize size;
+  for (const ParamEntry& entry : store.param_entries()) size.parameters += entry.numel;
+  for (const ParamEntry& entry : store.buffer_entries()) size.buffers += entry.numel;
+  return size;
+}
+
+std::unique_ptr<Model> build_layer_list(const LayerList& layers, const LayerListInput& input,
+                                        const std::string& where) {
+  auto built = build_layers(layers, input, where);
   auto model = std::make_unique<Model>(input.sample_shape);
   for (auto& layer : built) model->add(std::move(layer));
   try {

@@ -103,4 +103,14 @@ struct LayerListInput {
 std::unique_ptr<Model> build_layer_list(const LayerList& layers, const LayerListInput& input,
                                         const std::string& where = "model.layer");
 
+// The elements build_layer_list's model would hold, without allocating them (the layers are built
+// and declare their tensors; nothing is laid out): what the memory budget (train/memory_budget.h)
+// checks before a model of a layer list is built. Throws as build_layer_list does.
+struct LayerListSize {
+  std::int64_t parameters = 0;  // trained elements (ParamStore::num_params)
+  std::int64_t buffers = 0;     // untrained elements (batch-norm running statistics)
+};
+LayerListSize layer_list_size(const LayerList& layers, const LayerListInput& input,
+                              const std::string& where = "model.layer");
+
 }  // namespace dtrain::nn

@@ -5,6 +5,7 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/nn/conv2d.h"
+#include "dtrain/nn/layer_list.h"
 #include "dtrain/nn/max_pool2d.h"
 
 namespace dtrain::nn {
@@ -111,6 +112,16 @@ std::optional<ModelSize> count_gpt(const ModelSpec& spec) {
   return ModelSize{add(parameters, mul(2, d)), 0};
 }
 
+std::optional<ModelSize> count_layers(const ModelSpec& spec) {
+  try {
+    const LayerListSize size = layer_list_size(
+        spec.layer_list, {spec.input, spec.num_classes, spec.init, spec.init_sigma});
+    return ModelSize{size.parameters, size.buffers};
+  } catch (const Error&) {
+    return std::nullopt;  // build_model says what is wrong
+  }
+}
+
 }  // namespace
 
 std::optional<ModelSize> count_model_size(const ModelSpec& spec) {
@@ -118,6 +129,7 @@ std::optional<ModelSize> count_model_size(const ModelSpec& spec) {
   if (spec.name == "lenet5") return count_lenet5(spec);
   if (spec.name == "resnet") return count_resnet(spec);
   if (spec.name == "gpt") return count_gpt(spec);
+  if (spec.name == "layers") return count_layers(spec);
   return std::nullopt;
 }
 

@@ -8,6 +8,7 @@
 //   resnet  conv1 9 C w, each BatchNorm 2 F parameters and 2 F buffers, each ResidualBlock
 //           9 (C F + F F) (+ C F and a BatchNorm for a projection), fc (4 w + 1) K
 //   gpt     gpt_parameter_count(spec)
+//   layers  the list's layers built and declared, not allocated (layer_list_size)
 // Counts saturate at INT64_MAX instead of overflowing (a width of 10^10 is a typo, not a model).
 // tests/nn/parameter_count_test.cc compares every form with the built model's ParamStore.
 #pragma once

@@ -30,3 +30,24 @@ set -e
 [[ $(wc -l < "$TMP/err.txt") -eq 1 ]] || { cat "$TMP/err.txt" >&2; fail "expected one line"; }
 grep -q "bad.libsvm, line 2" "$TMP/err.txt" || { cat "$TMP/err.txt" >&2; fail "expected the file and line 2"; }
 echo "ok: a malformed libsvm file is named with its line"
+
+# A layer list (model.name = "layers": LeNet-5's, examples/models/lenet5.toml) trains under dense
+# Hogwild!; one with batch norm (the ResNet's list) is refused in one line, exit 2.
+"$DTRAIN" train --config examples/models/lenet5.toml --strategy hogwild --workers 2 --epochs 1 \
+  --set optim.momentum=0 --set data.dataset='"synthetic"' --set data.synthetic_samples=2000 \
+  --set 'data.synthetic_shape=[1,28,28]' --quiet --out "$TMP/layers" || fail "hogwild layer list failed"
+python3 - "$TMP/layers" <<'PY' || fail "hogwild layer-list summary"
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json"))
+assert s["model"] == "layers" and s["parallel"]["updates_per_second"] > 0, s
+assert s["final_test_accuracy"] > 0.5, s["final_test_accuracy"]
+PY
+set +e
+"$DTRAIN" train --config examples/models/resnet.toml --strategy hogwild --workers 2 \
+  --set optim.momentum=0 --set data.dataset='"synthetic"' --set 'data.synthetic_shape=[1,28,28]' \
+  --quiet --out "$TMP/bn" > /dev/null 2> "$TMP/err.txt"
+rc=$?
+set -e
+[[ $rc -eq 2 && $(wc -l < "$TMP/err.txt") -eq 1 ]] || { cat "$TMP/err.txt" >&2; fail "expected one line, exit 2 (got $rc)"; }
+grep -q "batch-norm running statistics" "$TMP/err.txt" || { cat "$TMP/err.txt" >&2; fail "expected the batch-norm refusal"; }
+echo "ok: hogwild trains a layer list (LeNet-5's) and refuses one with batch norm"

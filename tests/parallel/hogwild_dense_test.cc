@@ -98,6 +98,51 @@ TEST(HogwildDense, OneThreadIsSequentialMiniBatchSgdBitForBit) {
   }
 }
 
+// Any dense model without batch norm, LeNet-5 and layer lists included: one thread is sequential
+// SGD bit for bit; a list with batch norm (running statistics each thread would keep for itself)
+// is refused.
+TEST(HogwildDense, ConvolutionsAndLayerListsToo) {
+  data::SyntheticConfig config;
+  config.samples = 64;
+  config.num_classes = 4;
+  config.sample_shape = {1, 28, 28};
+  config.seed = 3;
+  const data::Dataset data = data::make_synthetic(config);
+  nn::ModelSpec lenet;
+  lenet.name = "lenet5";
+  lenet.input = data.sample_shape();
+  lenet.num_classes = data.num_classes;
+  nn::ModelSpec listed = lenet;
+  listed.name = "layers";
+  listed.layer_list = nn::lenet5_layers(lenet);
+  for (const nn::ModelSpec& spec : {lenet, listed}) {
+    HogwildDenseOptions options;
+    options.threads = 1;
+    options.batch_size = 16;
+    options.seed = 5;
+    HogwildDense hogwild(spec, data, options);
+    hogwild.run_epoch(0, 0.05f);
+    const std::vector<float> expected = sequential_sgd(spec, data, 16, 0.0f, 5, {0.05f});
+    ASSERT_EQ(hogwild.num_params(), static_cast<std::int64_t>(expected.size())) << spec.name;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_EQ(hogwild.weights()[i], expected[i]) << spec.name << " parameter " << i;
+    }
+  }
+  nn::ModelSpec resnet = lenet;
+  resnet.name = "resnet";
+  resnet.resnet_width = 2;
+  nn::ModelSpec with_batch_norm = resnet;
+  with_batch_norm.name = "layers";
+  with_batch_norm.layer_list = nn::resnet_layers(resnet);
+  try {
+    HogwildDense hogwild(with_batch_norm, data, HogwildDenseOptions{1, 16});
+    ADD_FAILURE() << "a model with batch norm was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("batch-norm running statistics"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(HogwildDense, TwoThreadsReachTheOneThreadLoss) {
   const data::Dataset data = synthetic(2000, 6, 2.0f);
   const nn::ModelSpec spec = mlp_spec(data, {32});

@@ -40,6 +40,13 @@ HogwildDense::HogwildDense(const nn::ModelSpec& spec, const data::Dataset& train
   }
   for (int t = 0; t < options_.threads; ++t) replicas_.push_back(nn::build_model(spec));
   nn::Model& first = *replicas_.front();
+  if (first.store().num_buffer_elements() > 0) {
+    throw ConfigError(fmt::format(
+        "Hogwild! shares the trained parameters between its threads, but this model also keeps "
+        "{} batch-norm running statistics, which would be each thread's own and never agree: "
+        "remove its batch_norm layers, or train it with another strategy (data_parallel)",
+        first.store().num_buffer_elements()));
+  }
   first.init(options_.seed);
   const nn::ParamStore& store = first.store();
   shared_.assign(store.params(), store.params() + store.num_params());

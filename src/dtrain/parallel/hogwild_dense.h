@@ -1,4 +1,6 @@
-// Hogwild! on a dense model (the MLP): T threads share one flat parameter vector without locks.
+// Hogwild! on a dense model (the MLP, LeNet-5, a layer list without batch norm): T threads share
+// one flat parameter vector without locks. A model with batch norm is refused: its running
+// statistics are not trained parameters, so each thread would keep its own.
 //
 // Each thread owns a replica of the model (its activations, its gradient buffer, its own copy of
 // the parameters) and runs mini-batch SGD on batches of the epoch's permutation: the permutation is

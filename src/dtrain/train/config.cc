@@ -1129,18 +1129,23 @@ void validate_impl(const Config& config, const Provenance& provenance,
         where("schedule.step_size")));
   }
   // The sparse linear models go with the sparse data sets, only under Hogwild!; Hogwild! also
-  // trains the MLP on the dense data sets.
+  // trains the dense models without batch norm on the dense image data sets: the MLP, LeNet-5 and
+  // a layer list that does not start with an embedding (one with batch norm is refused when it is
+  // built: parallel/hogwild_dense.h).
   const bool hogwild = config.parallel.strategy == "hogwild";
   const bool linear = config.model.name == "logistic" || config.model.name == "svm";
   const bool sparse = data::is_sparse_dataset(config.data.dataset);
-  if (linear != sparse || (linear && !hogwild) ||
-      (hogwild && !linear && config.model.name != "mlp")) {
+  const bool dense_hogwild =
+      config.model.name == "mlp" || config.model.name == "lenet5" ||
+      (config.model.name == "layers" &&
+       (config.model.layers.empty() || config.model.layers[0].kind != "embedding"));
+  if (linear != sparse || (linear && !hogwild) || (hogwild && !linear && !dense_hogwild)) {
     throw ConfigError(fmt::format(
         "config keys 'parallel.strategy' = \"{}\" ({}), 'model.name' = \"{}\" ({}) and "
         "'data.dataset' = \"{}\" ({}) do not fit together; models \"logistic\" and \"svm\" "
         "need a sparse data set (\"libsvm\", \"sparse-synthetic\") and strategy \"hogwild\", "
-        "and sparse data sets need them; strategy \"hogwild\" also trains \"mlp\" on the "
-        "dense data sets",
+        "and sparse data sets need them; strategy \"hogwild\" also trains \"mlp\", \"lenet5\" "
+        "and image layer lists on the dense data sets",
         config.parallel.strategy, where("parallel.strategy"), config.model.name,
         where("model.name"), config.data.dataset, where("data.dataset")));
   }

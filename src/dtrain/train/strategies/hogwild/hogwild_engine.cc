@@ -26,9 +26,19 @@ optim::LrSchedule hogwild_epoch_schedule(const Config& config) {
   return optim::LrSchedule(schedule);
 }
 
+namespace {
+
+// The sparse linear models train per sample on sparse data; every other model Hogwild! takes
+// (config.cc: mlp, lenet5, image layer lists) is dense.
+bool sparse_linear(const Config& config) {
+  return config.model.name == "logistic" || config.model.name == "svm";
+}
+
+}  // namespace
+
 HogwildData load_hogwild_data(const Config& config) {
   HogwildData out;
-  if (config.model.name == "mlp") {
+  if (!sparse_linear(config)) {
     out.dense = load_run_data(config.data);
     return out;
   }
@@ -41,7 +51,7 @@ HogwildData load_hogwild_data(const Config& config) {
 HogwildEngine::HogwildEngine(const Config& config, const HogwildData& data, int threads)
     : data_(data) {
   const TrainSection& t = config.train;
-  if (config.model.name != "mlp") {
+  if (sparse_linear(config)) {
     DTRAIN_CHECK(data.sparse_train.has_value(), "Hogwild! {} without sparse data",
                  config.model.name);
     const data::SparseDataset& train = *data.sparse_train;
@@ -66,21 +76,22 @@ HogwildEngine::HogwildEngine(const Config& config, const HogwildData& data, int 
   }
   if (t.loss != "cross_entropy") {
     throw ConfigError(fmt::format(
-        "config key 'train.loss' = \"{}\": a hogwild mlp trains with \"cross_entropy\" only",
+        "config key 'train.loss' = \"{}\": a dense hogwild model trains with \"cross_entropy\" "
+        "only",
         t.loss));
   }
-  DTRAIN_CHECK(data.dense.has_value(), "Hogwild! mlp without dense data");
+  DTRAIN_CHECK(data.dense.has_value(), "Hogwild! {} without dense data", config.model.name);
   const RunData& dense = *data.dense;
   parallel::HogwildDenseOptions options;
   options.threads = threads;
   options.batch_size = t.batch_size;
   options.weight_decay = static_cast<float>(config.optim.weight_decay);
   options.seed = static_cast<std::uint64_t>(t.seed);
-  mlp_ = std::make_unique<parallel::HogwildDense>(
+  dense_ = std::make_unique<parallel::HogwildDense>(
       model_spec(config.model, dense.train.sample_shape(), dense.train.num_classes), dense.train,
       options);
   dataset_name_ = dense.train.name;
-  parameters_ = mlp_->num_params();
+  parameters_ = dense_->num_params();
   details_ = {{"batch_size_per_thread_step", t.batch_size},
               {"weight_decay", config.optim.weight_decay}};
   description_ = fmt::format("{} train / {} test samples, batches of {} per thread step",
@@ -90,13 +101,15 @@ HogwildEngine::HogwildEngine(const Config& config, const HogwildData& data, int 
 HogwildEngine::~HogwildEngine() = default;
 
 parallel::HogwildEpoch HogwildEngine::run_epoch(std::int64_t epoch, float lr) {
-  return linear_ ? linear_->run_epoch(epoch, lr) : mlp_->run_epoch(epoch, lr);
+  return linear_ ? linear_->run_epoch(epoch, lr) : dense_->run_epoch(epoch, lr);
 }
 
-std::span<float> HogwildEngine::weights() { return linear_ ? linear_->weights() : mlp_->weights(); }
+std::span<float> HogwildEngine::weights() {
+  return linear_ ? linear_->weights() : dense_->weights();
+}
 
 std::vector<nn::ParamEntry> HogwildEngine::param_entries() const {
-  if (mlp_) return mlp_->param_entries();
+  if (dense_) return dense_->param_entries();
   const auto d = static_cast<std::int64_t>(linear_->weights().size());
   return {nn::ParamEntry{"weights", 0, {d}, d, true}};
 }
@@ -106,7 +119,7 @@ HogwildFigures HogwildEngine::evaluate_train() const {
     const parallel::LinearEvaluation e = linear_->evaluate(*data_.sparse_train);
     return {e.loss, e.accuracy};
   }
-  const parallel::DenseEvaluation e = mlp_->evaluate(data_.dense->train);
+  const parallel::DenseEvaluation e = dense_->evaluate(data_.dense->train);
   return {e.loss, e.accuracy};
 }
 
@@ -117,7 +130,7 @@ std::optional<HogwildFigures> HogwildEngine::evaluate_test() const {
     return HogwildFigures{e.loss, e.accuracy};
   }
   if (data_.dense->test.size() == 0) return std::nullopt;
-  const parallel::DenseEvaluation e = mlp_->evaluate(data_.dense->test);
+  const parallel::DenseEvaluation e = dense_->evaluate(data_.dense->test);
   return HogwildFigures{e.loss, e.accuracy};
 }
 

@@ -3,8 +3,8 @@
 // over one copy of the data.
 //   model.name "logistic" / "svm"  parallel::Hogwild, per-sample updates of a sparse linear model
 //                                   on data.dataset "libsvm" or "sparse-synthetic"
-//   model.name "mlp"               parallel::HogwildDense, mini-batches of train.batch_size per
-//                                   thread step on the dense data sets
+//   model.name "mlp", "lenet5",    parallel::HogwildDense, mini-batches of train.batch_size per
+//   or an image layer list         thread step on the dense data sets (no batch norm)
 #pragma once
 
 #include <cstdint>
@@ -78,7 +78,7 @@ class HogwildEngine {
  private:
   const HogwildData& data_;
   std::unique_ptr<parallel::Hogwild> linear_;
-  std::unique_ptr<parallel::HogwildDense> mlp_;
+  std::unique_ptr<parallel::HogwildDense> dense_;
   std::string dataset_name_;
   std::int64_t parameters_ = 0;
   nlohmann::json details_;

@@ -2,7 +2,8 @@
 // threads update one shared parameter vector without locks, training either
 //   a sparse linear model  model.name "logistic" or "svm" on data.dataset "libsvm" or
 //                          "sparse-synthetic", per-sample updates (parallel/hogwild.h), or
-//   the dense MLP          model.name "mlp" on the dense data sets, mini-batches of
+//   a dense model          model.name "mlp", "lenet5" or an image layer list without batch norm
+//                          on the dense data sets, mini-batches of
 //                          train.batch_size per thread step (parallel/hogwild_dense.h),
 // into a run folder:
 //   resolved.toml   the full configuration

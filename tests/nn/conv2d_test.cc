@@ -84,6 +84,13 @@ TEST_P(Conv2dThreads, MatchesDirectConvolution) {
   cases.push_back({6, 6, 14, 14, 16, 5, 1, 0, true});
   cases.push_back({3, 3, 32, 32, 6, 5, 1, 0, true});
   cases.push_back({2, 2, 9, 20, 7, 3, 1, 1, false});
+  // ResNet's first stage (16 -> 16, 3x3, padding 1, 28x28): forward with 8 filters a step, the
+  // weight gradient with 4 filters x 3 shifts, dx through conv_direct with the flipped kernel;
+  // 3 -> 8 at OW 17 (dx with 3 output channels: a partial group); padding 3 > K - 1, whose dx
+  // stays with GEMM + col2im.
+  cases.push_back({2, 16, 28, 28, 16, 3, 1, 1, false});
+  cases.push_back({3, 3, 17, 17, 8, 3, 1, 1, true});
+  cases.push_back({2, 2, 10, 18, 4, 3, 1, 3, true});
   for (const ConvCase& k : cases) {
     SCOPED_TRACE(case_str(k));
     Conv2d conv("conv", k.channels, k.filters, k.kernel, k.stride, k.padding, k.bias);

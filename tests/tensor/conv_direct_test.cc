@@ -38,9 +38,19 @@ ConvGeometry geometry(const Case& k) {
 // OW = 32, filter counts that leave partial groups of 6 and of 3 (1, 4, 7, 8), kernel widths that
 // leave a partial group of 5 shifts (2, 3, 7), non-square kernels and padding 0 to 3.
 const std::vector<Case> kCases = {
-    {1, 28, 28, 5, 5, 2, 6}, {3, 32, 32, 5, 5, 0, 6}, {1, 5, 17, 3, 3, 1, 4},
-    {2, 6, 32, 1, 1, 0, 7},  {2, 9, 30, 3, 7, 3, 8},  {1, 4, 20, 2, 2, 0, 1},
+    {1, 28, 28, 5, 5, 2, 6},
+    {3, 32, 32, 5, 5, 0, 6},
+    {1, 5, 17, 3, 3, 1, 4},
+    {2, 6, 32, 1, 1, 0, 7},
+    {2, 9, 30, 3, 7, 3, 8},
+    {1, 4, 20, 2, 2, 0, 1},
     {3, 7, 26, 4, 3, 2, 5},
+    // ResNet's 3x3 shapes: 8 filters a forward step (16, 8), 4 filters x 3 shifts a weight-gradient
+    // step (16; 5 and 6 leave partial groups of 4).
+    {4, 6, 20, 3, 3, 1, 16},
+    {2, 5, 28, 3, 3, 1, 8},
+    {3, 4, 19, 3, 3, 0, 5},
+    {1, 3, 30, 3, 3, 2, 6},
 };
 
 TEST(ConvDirect, SupportsStrideOneWithRowsOf17To32) {

@@ -11,6 +11,7 @@
 #include "dtrain/tensor/conv_direct.h"
 #include "dtrain/tensor/gemm_serial.h"
 #include "dtrain/tensor/im2col_padded.h"
+#include "dtrain/tensor/im2col_strided.h"
 
 namespace dtrain::nn {
 namespace {
@@ -113,13 +114,27 @@ void Conv2d::lower(const float* image, float* scratch, float* cols) const {
   if (geometry_.stride == 1) {
     tensor::im2col_padded(geometry_, image, scratch, cols);
   } else {
-    tensor::im2col(geometry_, image, cols);
+    tensor::im2col_strided(geometry_, image, scratch, cols);
   }
 }
 
 std::int64_t Conv2d::scratch_size() const {
-  return std::max(tensor::im2col_padded_scratch_size(geometry_),
-                  tensor::conv_direct_scratch_size(geometry_));
+  return std::max({tensor::im2col_padded_scratch_size(geometry_),
+                   tensor::im2col_strided_scratch_size(geometry_),
+                   tensor::conv_direct_scratch_size(geometry_),
+                   tensor::conv_direct_scratch_size(input_grad_geometry())});
+}
+
+tensor::ConvGeometry Conv2d::input_grad_geometry() const {
+  // dy (F, OH, OW) as an image, the flipped kernel, padding K - 1 - P: the output is (C, H, W).
+  return tensor::ConvGeometry{
+      out_channels_,         geometry_.out_height(), geometry_.out_width(), kernel_, kernel_, 1,
+      kernel_ - 1 - padding_};
+}
+
+bool Conv2d::input_grad_direct() const {
+  return geometry_.stride == 1 && padding_ <= kernel_ - 1 &&
+         tensor::conv_direct_supported(input_grad_geometry());
 }
 
 int Conv2d::batch_parts(std::int64_t batch) const {
@@ -202,17 +217,37 @@ const tensor::Tensor& Conv2d::backward(const tensor::Tensor& dy, bool need_input
   // added below in part order.
   if (parts > 1) dw_parts_.ensure_shape({parts, weight_size});
   db_parts_.assign(static_cast<std::size_t>(parts * filters), 0.0);
+  // The input gradient of a stride-1 layer is a convolution of dy with the flipped kernel:
+  //   dx[c, h, w] = sum_{f,i,j} w[f, c, K-1-i, K-1-j] * dy_padded[f, h + i, w + j]
+  // with dy padded by K - 1 - P, so conv_direct_forward computes it straight into dx (no dcols, no
+  // col2im) where it applies, with weights (C, F, K, K) rearranged here.
+  const bool dx_direct = need_input_grad && input_grad_direct();
   if (need_input_grad) {
     dx_.ensure_shape(input_shape_);
-    dcols_.ensure_shape({parts, rows, pixels});
+    if (dx_direct) {
+      flipped_weight_.ensure_shape({in_channels_, filters, kernel_, kernel_});
+      const float* w = weight_.data();
+      float* flipped = flipped_weight_.data();
+      const std::int64_t area = kernel_ * kernel_;
+      for (std::int64_t f = 0; f < filters; ++f) {
+        for (std::int64_t c = 0; c < in_channels_; ++c) {
+          for (std::int64_t t = 0; t < area; ++t) {
+            flipped[(c * filters + f) * area + t] = w[(f * in_channels_ + c) * area + area - 1 - t];
+          }
+        }
+      }
+    } else {
+      dcols_.ensure_shape({parts, rows, pixels});
+    }
   }
+  const tensor::ConvGeometry dx_geometry = input_grad_geometry();
   const float* g = dy.data();
   const float* xd = x_.data();
   const float* w = weight_.data();
   float* dx = dx_.data();
   for_each_part(batch, parts, [&](int part, std::int64_t begin, std::int64_t end) {
     float* cols = direct ? nullptr : cols_.data() + part * rows * pixels;
-    float* dcols = need_input_grad ? dcols_.data() + part * rows * pixels : nullptr;
+    float* dcols = need_input_grad && !dx_direct ? dcols_.data() + part * rows * pixels : nullptr;
     float* scratch = scratch_.data() + part * scratch_.dim(1);
     float* dw = weight_grad_.data();
     if (parts > 1) {
@@ -236,14 +271,18 @@ const tensor::Tensor& Conv2d::backward(const tensor::Tensor& dy, bool need_input
         for (std::int64_t f = 0; f < filters; ++f) db[f] += plane_sum(dy_b + f * pixels, pixels);
       }
       if (!need_input_grad) continue;
+      if (dx_direct) {
+        tensor::conv_direct_forward(dx_geometry, in_channels_, flipped_weight_.data(), nullptr,
+                                    dy_b, scratch, dx + b * image_size);
+        continue;
+      }
       tensor::gemm_serial(tensor::Trans::kYes, tensor::Trans::kNo, rows, pixels, filters, 1.0f, w,
                           rows, dy_b, pixels, 0.0f, dcols, pixels);
       float* image = dx + b * image_size;
       if (geometry_.stride == 1) {
         tensor::col2im_padded(geometry_, dcols, scratch, image);
       } else {
-        std::fill(image, image + image_size, 0.0f);
-        tensor::col2im(geometry_, dcols, image);
+        tensor::col2im_strided(geometry_, dcols, scratch, image);
       }
     }
     if (direct) {

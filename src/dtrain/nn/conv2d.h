@@ -13,10 +13,13 @@
 // summed transposed (OpenBLAS runs that product faster at LeNet's conv2) and added to dW once per
 // part. With stride 1 and 16 < OW <= 32 on an AVX-512 build (LeNet's conv1, CIFAR first layers)
 // forward and dW skip im2col and GEMM: conv_direct computes them from a padded copy of the image at
-// near the FMA peak, its dW as 16 partial sums per weight, folded once per part; dx (when needed)
-// still goes through dcols and col2im.
+// near the FMA peak, its dW as 16 partial sums per weight, folded once per part. dx of a stride-1
+// layer is itself a stride-1 convolution, of dy with the kernel flipped and transposed to (C, F, K,
+// K) and padding K - 1 - P; where conv_direct supports that geometry (16 < W <= 32: a ResNet's
+// first stage) it computes dx straight from dy, without dcols or col2im.
 // Parallelism is over the batch: the images are cut into one contiguous range per compute thread
-// (tensor/gemm_serial.h), and each thread runs im2col (tensor/im2col_padded.h for stride 1), its
+// (tensor/gemm_serial.h), and each thread runs im2col (tensor/im2col_padded.h for stride 1,
+// tensor/im2col_strided.h otherwise), its
 // GEMMs and col2im image by image, so one image's cols (R*Q floats: 60 KB for LeNet's conv2) is
 // still in L1/L2 when its product reads it. Each part keeps its own dW and db sums, added to the
 // gradient in part order at the end: results are bitwise repeatable for a given thread count and
@@ -69,11 +72,17 @@ class Conv2d : public Layer {
   const tensor::Tensor& bias() const { return bias_; }
 
  private:
-  // cols (R, Q) of one image (C, H, W): im2col_padded for stride 1 (scratch: one part's row of
-  // scratch_), im2col otherwise.
+  // cols (R, Q) of one image (C, H, W): im2col_padded for stride 1, im2col_strided otherwise
+  // (scratch: one part's row of scratch_).
   void lower(const float* image, float* scratch, float* cols) const;
-  // Floats of scratch per part: enough for im2col_padded and for conv_direct.
+  // Floats of scratch per part: enough for im2col_padded and for conv_direct (both directions).
   std::int64_t scratch_size() const;
+  // dy (F, OH, OW) seen as the input of the convolution that gives dx with the flipped kernel:
+  // stride 1, padding K - 1 - P.
+  tensor::ConvGeometry input_grad_geometry() const;
+  // True when backward computes dx with conv_direct_forward over input_grad_geometry(): stride 1,
+  // P <= K - 1 and conv_direct supports that geometry (16 < W <= 32 with AVX-512).
+  bool input_grad_direct() const;
   // How many contiguous ranges of images the batch is cut into: the compute threads, fewer for a
   // small pass. Depends on the shapes and the thread count only.
   int batch_parts(std::int64_t batch) const;
@@ -98,6 +107,7 @@ class Conv2d : public Layer {
   tensor::Tensor cols_;     // (parts, R, Q): one image per part at a time
   tensor::Tensor scratch_;  // (parts, im2col_padded_scratch_size)
   tensor::Tensor dcols_;    // (parts, R, Q)
+  tensor::Tensor flipped_weight_;  // (C, F, K, K): w[f, c, K-1-i, K-1-j], for a direct dx
   // (parts, F*R*kConvDirectLanes) conv_direct lanes or (parts, R*F) dW^T: per-part weight-gradient
   // sums over the part's images, see backward().
   tensor::Tensor part_sums_;

@@ -2,18 +2,18 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/base/thread_pool.h"
+#include "dtrain/tensor/elementwise.h"
 
 namespace dtrain::nn {
 namespace {
 
 constexpr std::int64_t kElementGrain = 16384;
 
-// out[i] = f(i) over [0, n), split over the compute pool.
+// fn(begin, end) over contiguous ranges of [0, n), split over the compute pool; fn calls one of
+// tensor/elementwise.h's passes on its range.
 template <typename Fn>
-void for_each_element(std::int64_t n, const Fn& fn) {
-  compute_pool().parallel_for(n, kElementGrain, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) fn(i);
-  });
+void for_each_range(std::int64_t n, const Fn& fn) {
+  compute_pool().parallel_for(n, kElementGrain, fn);
 }
 
 }  // namespace
@@ -97,7 +97,9 @@ const tensor::Tensor& ResidualBlock::forward(const tensor::Tensor& x, const Forw
   {
     const float* in = h1.data();
     float* out = r_.data();
-    for_each_element(r_.numel(), [&](std::int64_t i) { out[i] = in[i] > 0.0f ? in[i] : 0.0f; });
+    for_each_range(r_.numel(), [&](std::int64_t begin, std::int64_t end) {
+      tensor::relu(in + begin, out + begin, end - begin);
+    });
   }
   const tensor::Tensor& main = bn2_->forward(conv2_->forward(r_, ctx), ctx);
   const tensor::Tensor& shortcut =
@@ -108,9 +110,8 @@ const tensor::Tensor& ResidualBlock::forward(const tensor::Tensor& x, const Forw
   const float* m = main.data();
   const float* s = shortcut.data();
   float* y = y_.data();
-  for_each_element(y_.numel(), [&](std::int64_t i) {
-    const float sum = m[i] + s[i];
-    y[i] = sum > 0.0f ? sum : 0.0f;
+  for_each_range(y_.numel(), [&](std::int64_t begin, std::int64_t end) {
+    tensor::add_relu(m + begin, s + begin, y + begin, end - begin);
   });
   return y_;
 }
@@ -124,7 +125,9 @@ const tensor::Tensor& ResidualBlock::backward(const tensor::Tensor& dy, bool nee
     const float* in = dy.data();
     const float* y = y_.data();
     float* g = g_.data();
-    for_each_element(g_.numel(), [&](std::int64_t i) { g[i] = y[i] > 0.0f ? in[i] : 0.0f; });
+    for_each_range(g_.numel(), [&](std::int64_t begin, std::int64_t end) {
+      tensor::relu_backward(y + begin, in + begin, g + begin, end - begin);
+    });
   }
   // Main branch, last layer first.
   const tensor::Tensor& dr = conv2_->backward(bn2_->backward(g_, true), true);
@@ -133,7 +136,9 @@ const tensor::Tensor& ResidualBlock::backward(const tensor::Tensor& dy, bool nee
     const float* in = dr.data();
     const float* r = r_.data();
     float* out = dr_.data();
-    for_each_element(dr_.numel(), [&](std::int64_t i) { out[i] = r[i] > 0.0f ? in[i] : 0.0f; });
+    for_each_range(dr_.numel(), [&](std::int64_t begin, std::int64_t end) {
+      tensor::relu_backward(r + begin, in + begin, out + begin, end - begin);
+    });
   }
   const tensor::Tensor& dx_main = conv1_->backward(bn1_->backward(dr_, true), need_input_grad);
   // The shortcut gets g too; its parameters need gradients even when x does not.
@@ -146,7 +151,9 @@ const tensor::Tensor& ResidualBlock::backward(const tensor::Tensor& dy, bool nee
   const float* a = dx_main.data();
   const float* b = dx_shortcut->data();
   float* dx = dx_.data();
-  for_each_element(dx_.numel(), [&](std::int64_t i) { dx[i] = a[i] + b[i]; });
+  for_each_range(dx_.numel(), [&](std::int64_t begin, std::int64_t end) {
+    tensor::add(a + begin, b + begin, dx + begin, end - begin);
+  });
   return dx_;
 }
 

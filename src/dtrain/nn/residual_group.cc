@@ -4,17 +4,17 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/base/thread_pool.h"
+#include "dtrain/tensor/elementwise.h"
 
 namespace dtrain::nn {
 namespace {
 
 constexpr std::int64_t kElementGrain = 16384;
 
-// fn(i) over [0, n), split over the compute pool.
-template <typename Fn>
-void for_each_element(std::int64_t n, const Fn& fn) {
+// out = a + b over [0, n) (tensor/elementwise.h), split over the compute pool.
+void add_in_parallel(const float* a, const float* b, float* out, std::int64_t n) {
   compute_pool().parallel_for(n, kElementGrain, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) fn(i);
+    tensor::add(a + begin, b + begin, out + begin, end - begin);
   });
 }
 
@@ -107,7 +107,7 @@ const tensor::Tensor& ResidualGroup::forward(const tensor::Tensor& x, const Forw
   const float* a = m->data();
   const float* b = s->data();
   float* y = y_.data();
-  for_each_element(y_.numel(), [&](std::int64_t i) { y[i] = a[i] + b[i]; });
+  add_in_parallel(a, b, y, y_.numel());
   return act_ ? act_->forward(y_, ctx) : y_;
 }
 
@@ -129,7 +129,7 @@ const tensor::Tensor& ResidualGroup::backward(const tensor::Tensor& dy, bool nee
   const float* a = dx_body->data();
   const float* b = dx_shortcut->data();
   float* dx = dx_.data();
-  for_each_element(dx_.numel(), [&](std::int64_t i) { dx[i] = a[i] + b[i]; });
+  add_in_parallel(a, b, dx, dx_.numel());
   return dx_;
 }
 

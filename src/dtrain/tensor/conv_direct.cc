@@ -13,11 +13,17 @@
 namespace dtrain::tensor {
 namespace {
 
-// Filters per forward step (2 x 6 accumulators), filters and shifts per weight-gradient step
-// (3 x 5 accumulators, plus 6 dy and 2 image vectors: 23 of the 32 vector registers).
-constexpr std::int64_t kForwardFilters = 6;
-constexpr std::int64_t kGradFilters = 3;
-constexpr std::int64_t kGradShifts = 5;
+// Filters per forward step: 8 (16 accumulators) when the filter count is a multiple of 8 (ResNet's
+// 16, 32, 64; the input gradient of a 16-channel layer), else 6 (12 accumulators: LeNet's 6).
+// Filters and shifts per weight-gradient step: 3 x 5 for kernels 5 wide (LeNet), 4 x 3 for kernels
+// 3 wide (ResNet: 3 x 5 would compute two clamped, discarded shifts out of five); 12 or 15
+// accumulators plus 6 or 8 dy and 2 image vectors: at most 27 of the 32 vector registers.
+constexpr int kForwardFiltersWide = 8;
+constexpr int kForwardFilters = 6;
+constexpr int kGradFilters = 3;
+constexpr int kGradShifts = 5;
+constexpr int kGradFilters3 = 4;
+constexpr int kGradShifts3 = 3;
 // Floats per row of a shifted copy (build_shifted): two vectors, 64-byte aligned.
 constexpr std::int64_t kRow = 2 * kConvDirectLanes;
 
@@ -40,7 +46,8 @@ bool conv_direct_supported([[maybe_unused]] const ConvGeometry& g) {
 
 std::int64_t conv_direct_scratch_size(const ConvGeometry& g) {
   const std::int64_t padded_h = g.height + 2 * g.padding;
-  return g.channels * padded_h * (g.kernel_w * kRow + g.width + 2 * g.padding) + kConvDirectLanes;
+  // The shifted copies, and up to 15 floats to reach a 64-byte boundary.
+  return g.channels * padded_h * g.kernel_w * kRow + kConvDirectLanes;
 }
 
 #if defined(__AVX512F__)
@@ -48,33 +55,42 @@ namespace {
 
 // image (C, H, W) -> shifted (C, KW, H + 2P, kRow) at the first 64-byte boundary of scratch:
 // shifted[c, j, r, col] = padded[c, r, col + j] for col < OW, 0 elsewhere, where padded (C, H + 2P,
-// W + 2P) is the image with P zeros around it, built after shifted in scratch. Every row a kernel
-// reads is then two aligned vectors, and lanes past OW hold zeros. Cost: C*(H + 2P)*(W + 2P)
-// floats for padded, then 2 loads and 2 stores per shifted row: C*KW*(H + 2P)*kRow floats (20 KB
-// for LeNet's conv1).
+// W + 2P) is the image with P zeros around it. Every row a kernel reads is then two aligned
+// vectors, and lanes past OW hold zeros. Each shifted row is two masked loads straight from the
+// image row r - P, starting at column j - P: the lanes whose column falls outside the image (or
+// past OW) are masked off, read nothing and come out 0, so no padded copy is built (it and its
+// row-by-row memcpy were a third of this function's time). Cost: 2 loads and 2 stores per shifted
+// row, C*KW*(H + 2P)*kRow floats (20 KB for LeNet's conv1).
 const float* build_shifted(const ConvGeometry& g, const float* image, float* scratch) {
   const auto address = reinterpret_cast<std::uintptr_t>(scratch);
   float* shifted = scratch + (64 - address % 64) % 64 / sizeof(float);
   const std::int64_t padded_h = g.height + 2 * g.padding;
-  const std::int64_t padded_w = g.width + 2 * g.padding;
-  float* padded = shifted + g.channels * g.kernel_w * padded_h * kRow;
-  std::fill(padded, padded + g.channels * padded_h * padded_w, 0.0f);
-  for (std::int64_t c = 0; c < g.channels; ++c) {
-    for (std::int64_t y = 0; y < g.height; ++y) {
-      std::memcpy(padded + (c * padded_h + y + g.padding) * padded_w + g.padding,
-                  image + (c * g.height + y) * g.width,
-                  static_cast<std::size_t>(g.width) * sizeof(float));
+  const std::int64_t ow_count = g.out_width();
+  for (std::int64_t j = 0; j < g.kernel_w; ++j) {
+    // Lane l of the row reads image column x = l + j - P: valid for 0 <= x < W and l < OW.
+    const std::int64_t offset = j - g.padding;
+    std::uint32_t valid = 0;
+    for (std::int64_t l = 0; l < 2 * kConvDirectLanes; ++l) {
+      if (l < ow_count && l + offset >= 0 && l + offset < g.width) valid |= 1u << l;
     }
-  }
-  // Row r of shift j reads padded[c, r, j : j + OW]: j + OW <= W + 2P, so nothing past the row.
-  const auto tail = static_cast<__mmask16>((1u << (g.out_width() - kConvDirectLanes)) - 1u);
-  for (std::int64_t c = 0; c < g.channels; ++c) {
-    for (std::int64_t j = 0; j < g.kernel_w; ++j) {
+    const auto mask_a = static_cast<__mmask16>(valid & 0xffffu);
+    const auto mask_b = static_cast<__mmask16>(valid >> 16);
+    for (std::int64_t c = 0; c < g.channels; ++c) {
       float* out = shifted + (c * g.kernel_w + j) * padded_h * kRow;
-      const float* in = padded + c * padded_h * padded_w + j;
-      for (std::int64_t r = 0; r < padded_h; ++r, out += kRow, in += padded_w) {
-        _mm512_store_ps(out, _mm512_loadu_ps(in));
-        _mm512_store_ps(out + kConvDirectLanes, _mm512_maskz_loadu_ps(tail, in + kConvDirectLanes));
+      for (std::int64_t r = 0; r < padded_h; ++r, out += kRow) {
+        const std::int64_t y = r - g.padding;
+        if (y < 0 || y >= g.height) {
+          _mm512_store_ps(out, _mm512_setzero_ps());
+          _mm512_store_ps(out + kConvDirectLanes, _mm512_setzero_ps());
+          continue;
+        }
+        // The row's start shifted by offset, as an address: lanes before the row are masked off.
+        const auto row = reinterpret_cast<std::uintptr_t>(image + (c * g.height + y) * g.width);
+        const auto* from = reinterpret_cast<const float*>(
+            row + static_cast<std::uintptr_t>(offset * static_cast<std::int64_t>(sizeof(float))));
+        _mm512_store_ps(out, _mm512_maskz_loadu_ps(mask_a, from));
+        _mm512_store_ps(out + kConvDirectLanes,
+                        _mm512_maskz_loadu_ps(mask_b, from + kConvDirectLanes));
       }
     }
   }
@@ -83,37 +99,27 @@ const float* build_shifted(const ConvGeometry& g, const float* image, float* scr
 
 // One tap of the forward pass for one filter: both halves of its output row += w * (xa, xb).
 // The accumulators are named variables passed by reference (not arrays) so that they stay in
-// registers once inlined.
+// registers once inlined (with arrays GCC 12 kept xa and xb on the stack and re-read them for every
+// FMA, 2x slower).
 inline void forward_tap(float w, __m512 xa, __m512 xb, __m512& lo, __m512& hi) {
   const __m512 wv = _mm512_set1_ps(w);
   lo = _mm512_fmadd_ps(wv, xa, lo);
   hi = _mm512_fmadd_ps(wv, xb, hi);
 }
 
-// One shift of the weight gradient for three filters: sum_k += dy_k . row shifted, both halves.
-struct DyRows {
-  __m512 a0, b0, a1, b1, a2, b2;  // the two halves of dy[f, oh, :] for three filters
-};
-inline void grad_shift(const float* x, const DyRows& dy, __m512& s0, __m512& s1, __m512& s2) {
-  const __m512 xa = _mm512_load_ps(x);
-  const __m512 xb = _mm512_load_ps(x + kConvDirectLanes);
-  s0 = _mm512_fmadd_ps(dy.b0, xb, _mm512_fmadd_ps(dy.a0, xa, s0));
-  s1 = _mm512_fmadd_ps(dy.b1, xb, _mm512_fmadd_ps(dy.a1, xa, s1));
-  s2 = _mm512_fmadd_ps(dy.b2, xb, _mm512_fmadd_ps(dy.a2, xa, s2));
-}
-
-}  // namespace
-
-void conv_direct_forward(const ConvGeometry& g, std::int64_t filters, const float* weight,
-                         const float* bias, const float* image, float* scratch, float* y) {
-  check_supported(g);
-  const float* shifted = build_shifted(g, image, scratch);
+// The forward pass over an already shifted image, NF (6 or 8) filters at a time: for each output
+// row, NF x 2 accumulators (the two halves of the row) take one broadcast weight per filter and
+// tap; with NF = 6 the accumulators of filters 6 and 7 are never touched (the compiler drops them).
+template <int NF>
+void forward_rows(const ConvGeometry& g, std::int64_t filters, const float* weight,
+                  const float* bias, const float* shifted, float* y) {
+  static_assert(NF == 6 || NF == 8);
   const std::int64_t padded_h = g.height + 2 * g.padding;
   const std::int64_t oh_count = g.out_height();
   const std::int64_t ow_count = g.out_width();
   const std::int64_t rows = g.col_rows();
   const auto tail = static_cast<__mmask16>((1u << (ow_count - kConvDirectLanes)) - 1u);
-  for (std::int64_t f0 = 0; f0 < filters; f0 += kForwardFilters) {
+  for (std::int64_t f0 = 0; f0 < filters; f0 += NF) {
     // A last group with fewer filters repeats the last one and stores only the real ones.
     const auto filter = [&](std::int64_t k) { return std::min(f0 + k, filters - 1); };
     const float* w0 = weight + filter(0) * rows;
@@ -122,13 +128,15 @@ void conv_direct_forward(const ConvGeometry& g, std::int64_t filters, const floa
     const float* w3 = weight + filter(3) * rows;
     const float* w4 = weight + filter(4) * rows;
     const float* w5 = weight + filter(5) * rows;
+    const float* w6 = weight + filter(6) * rows;
+    const float* w7 = weight + filter(7) * rows;
     const auto start = [&](std::int64_t k) {
       return _mm512_set1_ps(bias != nullptr ? bias[filter(k)] : 0.0f);
     };
     for (std::int64_t oh = 0; oh < oh_count; ++oh) {
       __m512 lo0 = start(0), lo1 = start(1), lo2 = start(2), lo3 = start(3), lo4 = start(4),
-             lo5 = start(5);
-      __m512 hi0 = lo0, hi1 = lo1, hi2 = lo2, hi3 = lo3, hi4 = lo4, hi5 = lo5;
+             lo5 = start(5), lo6 = start(6), lo7 = start(7);
+      __m512 hi0 = lo0, hi1 = lo1, hi2 = lo2, hi3 = lo3, hi4 = lo4, hi5 = lo5, hi6 = lo6, hi7 = lo7;
       for (std::int64_t c = 0; c < g.channels; ++c) {
         for (std::int64_t i = 0; i < g.kernel_h; ++i) {
           const std::int64_t tap = (c * g.kernel_h + i) * g.kernel_w;
@@ -143,12 +151,16 @@ void conv_direct_forward(const ConvGeometry& g, std::int64_t filters, const floa
             forward_tap(w3[t], xa, xb, lo3, hi3);
             forward_tap(w4[t], xa, xb, lo4, hi4);
             forward_tap(w5[t], xa, xb, lo5, hi5);
+            if constexpr (NF == 8) {
+              forward_tap(w6[t], xa, xb, lo6, hi6);
+              forward_tap(w7[t], xa, xb, lo7, hi7);
+            }
           }
         }
       }
-      const __m512 lo[kForwardFilters] = {lo0, lo1, lo2, lo3, lo4, lo5};
-      const __m512 hi[kForwardFilters] = {hi0, hi1, hi2, hi3, hi4, hi5};
-      const std::int64_t live = std::min(kForwardFilters, filters - f0);
+      const __m512 lo[8] = {lo0, lo1, lo2, lo3, lo4, lo5, lo6, lo7};
+      const __m512 hi[8] = {hi0, hi1, hi2, hi3, hi4, hi5, hi6, hi7};
+      const std::int64_t live = std::min<std::int64_t>(NF, filters - f0);
       for (std::int64_t k = 0; k < live; ++k) {
         float* out = y + (f0 + k) * oh_count * ow_count + oh * ow_count;
         _mm512_storeu_ps(out, lo[k]);
@@ -158,60 +170,102 @@ void conv_direct_forward(const ConvGeometry& g, std::int64_t filters, const floa
   }
 }
 
-void conv_direct_weight_grad(const ConvGeometry& g, std::int64_t filters, const float* dy,
-                             const float* image, float* scratch, float* lanes) {
-  check_supported(g);
-  const float* shifted = build_shifted(g, image, scratch);
+// The weight gradient over an already shifted image, NF filters x NS shifts j at a time: for each
+// output row, the NF dy rows (two halves each) are loaded once and multiplied into NS shifted
+// image rows, NF x NS accumulators of 16 lanes.
+template <int NF, int NS>
+void weight_grad_rows(const ConvGeometry& g, std::int64_t filters, const float* dy,
+                      const float* shifted, float* lanes) {
   const std::int64_t padded_h = g.height + 2 * g.padding;
   const std::int64_t oh_count = g.out_height();
   const std::int64_t ow_count = g.out_width();
   const std::int64_t plane = oh_count * ow_count;
+  const std::int64_t step = padded_h * kRow;  // from one shift's copy to the next
   const auto tail = static_cast<__mmask16>((1u << (ow_count - kConvDirectLanes)) - 1u);
   for (std::int64_t c = 0; c < g.channels; ++c) {
     for (std::int64_t i = 0; i < g.kernel_h; ++i) {
-      for (std::int64_t f0 = 0; f0 < filters; f0 += kGradFilters) {
+      for (std::int64_t f0 = 0; f0 < filters; f0 += NF) {
         // Short groups repeat the last filter or shift and keep only the real sums.
-        const float* dy0 = dy + std::min(f0, filters - 1) * plane;
-        const float* dy1 = dy + std::min(f0 + 1, filters - 1) * plane;
-        const float* dy2 = dy + std::min(f0 + 2, filters - 1) * plane;
-        for (std::int64_t j0 = 0; j0 < g.kernel_w; j0 += kGradShifts) {
-          const auto shift = [&](std::int64_t s) { return std::min(j0 + s, g.kernel_w - 1); };
-          const std::int64_t j1 = shift(1), j2 = shift(2), j3 = shift(3), j4 = shift(4);
-          const __m512 zero = _mm512_setzero_ps();
-          __m512 s00 = zero, s01 = zero, s02 = zero, s03 = zero, s04 = zero;
-          __m512 s10 = zero, s11 = zero, s12 = zero, s13 = zero, s14 = zero;
-          __m512 s20 = zero, s21 = zero, s22 = zero, s23 = zero, s24 = zero;
+        const float* dyf[NF];
+#pragma GCC unroll 16
+        for (int k = 0; k < NF; ++k) {
+          dyf[k] = dy + std::min<std::int64_t>(f0 + k, filters - 1) * plane;
+        }
+        for (std::int64_t j0 = 0; j0 < g.kernel_w; j0 += NS) {
+          std::int64_t shift_offset[NS];
+#pragma GCC unroll 16
+          for (int s = 0; s < NS; ++s) {
+            shift_offset[s] = std::min<std::int64_t>(j0 + s, g.kernel_w - 1) * step;
+          }
+          __m512 sum[NF][NS];
+#pragma GCC unroll 16
+          for (int k = 0; k < NF; ++k) {
+#pragma GCC unroll 16
+            for (int s = 0; s < NS; ++s) sum[k][s] = _mm512_setzero_ps();
+          }
           for (std::int64_t oh = 0; oh < oh_count; ++oh) {
             const std::int64_t at = oh * ow_count;
-            const DyRows rows{_mm512_loadu_ps(dy0 + at),
-                              _mm512_maskz_loadu_ps(tail, dy0 + at + kConvDirectLanes),
-                              _mm512_loadu_ps(dy1 + at),
-                              _mm512_maskz_loadu_ps(tail, dy1 + at + kConvDirectLanes),
-                              _mm512_loadu_ps(dy2 + at),
-                              _mm512_maskz_loadu_ps(tail, dy2 + at + kConvDirectLanes)};
+            __m512 da[NF], db[NF];
+#pragma GCC unroll 16
+            for (int k = 0; k < NF; ++k) {
+              da[k] = _mm512_loadu_ps(dyf[k] + at);
+              db[k] = _mm512_maskz_loadu_ps(tail, dyf[k] + at + kConvDirectLanes);
+              __asm__("" : "+v"(da[k]), "+v"(db[k]));  // likewise: loaded once, used NS times
+            }
             const float* row = shifted + (c * g.kernel_w * padded_h + oh + i) * kRow;
-            const std::int64_t step = padded_h * kRow;  // from one shift's copy to the next
-            grad_shift(row + j0 * step, rows, s00, s10, s20);
-            grad_shift(row + j1 * step, rows, s01, s11, s21);
-            grad_shift(row + j2 * step, rows, s02, s12, s22);
-            grad_shift(row + j3 * step, rows, s03, s13, s23);
-            grad_shift(row + j4 * step, rows, s04, s14, s24);
+#pragma GCC unroll 16
+            for (int s = 0; s < NS; ++s) {
+              __m512 xa = _mm512_load_ps(row + shift_offset[s]);
+              __m512 xb = _mm512_load_ps(row + shift_offset[s] + kConvDirectLanes);
+              // Keeps xa and xb in registers: GCC 12 otherwise folds the loads into each of the NF
+              // FMAs that use them, 4x the loads, and the kernel ran at half the forward's rate.
+              __asm__("" : "+v"(xa), "+v"(xb));
+#pragma GCC unroll 16
+              for (int k = 0; k < NF; ++k) {
+                sum[k][s] = _mm512_fmadd_ps(db[k], xb, _mm512_fmadd_ps(da[k], xa, sum[k][s]));
+              }
+            }
           }
-          const __m512 sums[kGradFilters][kGradShifts] = {
-              {s00, s01, s02, s03, s04}, {s10, s11, s12, s13, s14}, {s20, s21, s22, s23, s24}};
-          const std::int64_t live_f = std::min(kGradFilters, filters - f0);
-          const std::int64_t live_s = std::min(kGradShifts, g.kernel_w - j0);
-          for (std::int64_t k = 0; k < live_f; ++k) {
-            for (std::int64_t s = 0; s < live_s; ++s) {
+          const std::int64_t live_f = std::min<std::int64_t>(NF, filters - f0);
+          const std::int64_t live_s = std::min<std::int64_t>(NS, g.kernel_w - j0);
+#pragma GCC unroll 16
+          for (int k = 0; k < NF; ++k) {
+#pragma GCC unroll 16
+            for (int s = 0; s < NS; ++s) {
+              if (k >= live_f || s >= live_s) continue;
               const std::int64_t tap =
                   (((f0 + k) * g.channels + c) * g.kernel_h + i) * g.kernel_w + j0 + s;
-              float* sum = lanes + tap * kConvDirectLanes;
-              _mm512_storeu_ps(sum, _mm512_add_ps(_mm512_loadu_ps(sum), sums[k][s]));
+              float* out = lanes + tap * kConvDirectLanes;
+              _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), sum[k][s]));
             }
           }
         }
       }
     }
+  }
+}
+
+}  // namespace
+
+void conv_direct_forward(const ConvGeometry& g, std::int64_t filters, const float* weight,
+                         const float* bias, const float* image, float* scratch, float* y) {
+  check_supported(g);
+  const float* shifted = build_shifted(g, image, scratch);
+  if (filters % kForwardFiltersWide == 0) {
+    forward_rows<kForwardFiltersWide>(g, filters, weight, bias, shifted, y);
+  } else {
+    forward_rows<kForwardFilters>(g, filters, weight, bias, shifted, y);
+  }
+}
+
+void conv_direct_weight_grad(const ConvGeometry& g, std::int64_t filters, const float* dy,
+                             const float* image, float* scratch, float* lanes) {
+  check_supported(g);
+  const float* shifted = build_shifted(g, image, scratch);
+  if (g.kernel_w == kGradShifts3) {
+    weight_grad_rows<kGradFilters3, kGradShifts3>(g, filters, dy, shifted, lanes);
+  } else {
+    weight_grad_rows<kGradFilters, kGradShifts>(g, filters, dy, shifted, lanes);
   }
 }
 

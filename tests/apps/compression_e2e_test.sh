@@ -122,7 +122,11 @@ expect_error "data_parallel.compression.*topk:0.*accepted\|ratio" train --config
 expect_error "data_parallel.compression.*zip" train --config $CONFIG --compression zip --out "$TMP/bad2"
 expect_error "exchanged whole" train --config $CONFIG --workers 2 --compression fp16 --zero-stage 1 \
   --out "$TMP/bad3"
-echo "ok: bad codecs are one-line errors"
+expect_error "does not compress.*taken by data_parallel, parameter_server, local_sgd" train \
+  --config examples/hogwild_sparse.toml --strategy hogwild --compression topk:0.01 --out "$TMP/bad4"
+expect_error "does not compress.*taken by data_parallel" train --config $CONFIG --strategy pipeline \
+  --workers 2 --compression fp16 --out "$TMP/bad5"
+echo "ok: bad codecs are one-line errors; strategies without codecs refuse --compression"
 
 "$DTRAIN" bench compression --codecs fp16,topk:0.01,powersgd:2 --elements 4099 --repeats 1 --json \
   > "$TMP/bench.json" || fail "bench compression"

@@ -72,6 +72,20 @@ PY
   echo "ok: mpirun -np 2 decentralized SGD follows the 2-thread run"
 fi
 
+# CHOCO-SGD's compressed gossip: fp16 differences on a ring, at out-degree x the codec's payload.
+"$DTRAIN" train --config $CONFIG "${QUICK[@]}" --epochs 1 --workers 4 --strategy decentralized \
+  --topology ring --compression fp16 --out "$TMP/choco"
+python3 - "$TMP/choco" <<'PY' || fail "compressed gossip"
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json")); p = s["parallel"]
+assert p["compression"] == "fp16" and p["consensus_step"] == 1.0, p
+assert p["gossip_bytes_sent_per_rank_and_step"] == p["gossip_bytes_sent_per_rank_and_step_predicted"], p
+assert s["final_test_accuracy"] > 0.5, s["final_test_accuracy"]
+PY
+expect_error "static topology" train --config $CONFIG --strategy decentralized --workers 4 \
+  --compression fp16 --out "$TMP/bad_choco"
+echo "ok: CHOCO-SGD gossips fp16 differences at the codec's bytes; one-peer-exponential is refused"
+
 expect_error "'torus' on 7 ranks.*6 and 8" train --config $CONFIG --strategy decentralized \
   --topology torus --workers 7 --out "$TMP/bad1"
 expect_error "decentralized.topology" train --config $CONFIG --strategy decentralized \

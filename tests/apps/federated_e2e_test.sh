@@ -61,6 +61,20 @@ PY
   echo "ok: mpirun -np 2 federated averaging trains what 2 threads train"
 fi
 
+# Compressed uploads and downloads: fp16 both ways, bytes = the codec's sizes.
+"$DTRAIN" train --config $CONFIG "${FED[@]}" --workers 2 --compression fp16 \
+  --set federated.compress_download=true --out "$TMP/fp16"
+python3 - "$TMP/fp16" <<'PY' || fail "compressed federated averaging"
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json")); p = s["parallel"]
+n = s["parameters"]
+assert p["compression"] == "fp16" and p["compress_download"], p
+assert p["upload_bytes_per_client"] == p["download_bytes_per_client"] == 2 * n, p
+assert p["bytes_up"] == p["completed_clients"] * 2 * n and p["bytes_down"] == p["bytes_down_predicted"], p
+assert s["final_test_accuracy"] > 0.6, s["final_test_accuracy"]
+PY
+echo "ok: federated uploads and downloads through fp16 at 2N bytes each"
+
 expect_error "federated.client_fraction' = 1.5.*0 < value <= 1" train --config $CONFIG \
   --strategy federated --client-fraction 1.5 --out "$TMP/bad1"
 expect_error "federated.client_fraction' = 0.0 in" train --config $CONFIG --strategy federated \

@@ -74,6 +74,22 @@ PY
   echo "ok: mpirun -np 2 local SGD follows the 2-thread run"
 fi
 
+# Compressed averages: each rank's model delta through top-k 10% with error feedback, at the
+# codec's declared bytes (docs/LOCAL_SGD.md, "Compression").
+"$DTRAIN" train --config $CONFIG "${QUICK[@]}" --epochs 1 --quiet --workers 2 --strategy local_sgd \
+  --period 4 --compression topk:0.1 --out "$TMP/topk"
+python3 - "$TMP/topk" <<'PY' || fail "compressed local SGD averages"
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json")); p = s["parallel"]
+assert p["compression"] == "topk:0.1" and p["error_feedback"], p
+assert p["averaging_bytes_sent_per_rank_and_step"] == p["averaging_bytes_sent_per_rank_and_step_predicted"], p
+assert "topk:0.1 allgather" in p["averaging_bytes_formula"], p
+assert s["final_test_accuracy"] > 0.5, s["final_test_accuracy"]
+PY
+expect_error "local_sgd.compression.*PowerSGD" train --config $CONFIG --strategy local_sgd \
+  --compression powersgd:2 --out "$TMP/bad_codec"
+echo "ok: local SGD averages top-k deltas at the codec's bytes; PowerSGD is refused"
+
 expect_error "local_sgd.period" train --config $CONFIG --strategy local_sgd --set local_sgd.period=0 \
   --out "$TMP/bad1"
 expect_error "data_parallel.sync_batch_norm" train --config $CONFIG --strategy local_sgd --workers 2 \

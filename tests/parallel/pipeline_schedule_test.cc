@@ -142,6 +142,9 @@ TEST(PipelineSchedule, EveryMicroBatchOnceDependenciesRespectedNoDeadlock) {
           case ActionKind::kSendGradient:
             ASSERT_TRUE(backwarded.count(a.micro_batch)) << "send before backward";
             break;
+          case ActionKind::kOptimizerStep:
+            ASSERT_TRUE(backwarded.count(a.micro_batch)) << "update before backward";
+            break;
         }
       }
       // Each micro-batch forwarded and backwarded exactly once, backwards in order 0..m-1.
@@ -260,6 +263,204 @@ TEST(PipelineExecutor, RunsBothSchedulesOverInprocRanks) {
           EXPECT_EQ(st.bytes_received, neighbours * per_direction);
           EXPECT_GE(st.idle_fraction(), 0.0);
           EXPECT_LE(st.idle_fraction(), 1.0);
+        }
+      }
+    }
+  }
+}
+
+// PipeDream over several steps and drains, in the run's numbering (step-local k + the micro-batches
+// started before): per stage, the steps' lists and drains as one run.
+struct PipeDreamRun {
+  std::vector<std::vector<Action>> lists;  // per stage, run numbering
+};
+
+// `drain_after[i]`: drain after step i. Returns the run for p stages, m micro-batches, `steps`.
+PipeDreamRun pipedream_run(int p, int m, int steps, const std::set<int>& drain_after) {
+  PipeDreamRun run;
+  for (int s = 0; s < p; ++s) {
+    std::vector<Action> all;
+    int carried = 0;
+    for (int step = 0; step < steps; ++step) {
+      for (Action a : pipedream_schedule(s, p, m, carried)) {
+        a.micro_batch += step * m;
+        all.push_back(a);
+      }
+      carried = pipedream_carried_after(s, p, m, carried);
+      if (drain_after.count(step) || step + 1 == steps) {
+        for (Action a : pipedream_drain(s, p, carried)) {
+          a.micro_batch += (step + 1) * m;
+          all.push_back(a);
+        }
+        carried = 0;
+      }
+    }
+    run.lists.push_back(all);
+  }
+  return run;
+}
+
+TEST(PipelineSchedule, PipeDreamKeepsTheVersionRuleAcrossStepsAndDrains) {
+  // Stage s forwards and backwards micro-batch n with its weights after max(D, n - (p - 1 - s))
+  // updates (D: micro-batches before the last drain), each micro-batch forwarded, backwarded and
+  // applied once, in order; at most p - s in flight; no deadlock.
+  for (int p = 1; p <= 4; ++p) {
+    for (int m = 1; m <= 6; ++m) {
+      const int steps = 4;
+      const PipeDreamRun run = pipedream_run(p, m, steps, {1});
+      for (int s = 0; s < p; ++s) {
+        const auto& list = run.lists[static_cast<std::size_t>(s)];
+        SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m) + " stage " +
+                     std::to_string(s) + ": " + list_str(list));
+        int updates = 0, in_flight = 0, peak = 0;
+        std::vector<int> forwards, backwards, applied;
+        std::map<int, int> forward_version;
+        for (const Action& a : list) {
+          if (a.kind == ActionKind::kForward) {
+            const int n = a.micro_batch;
+            const int drained = n >= 2 * m ? 2 * m : 0;  // the drain after step 1
+            EXPECT_EQ(updates, std::max(drained, n - (p - 1 - s))) << "forward of " << n;
+            forward_version[n] = updates;
+            forwards.push_back(n);
+            peak = std::max(peak, ++in_flight);
+          } else if (a.kind == ActionKind::kBackward) {
+            backwards.push_back(a.micro_batch);
+            --in_flight;
+          } else if (a.kind == ActionKind::kOptimizerStep) {
+            ASSERT_FALSE(backwards.empty());
+            EXPECT_EQ(a.micro_batch, backwards.back()) << "update right after its backward";
+            EXPECT_EQ(updates, a.micro_batch) << "updates in micro-batch order";
+            applied.push_back(a.micro_batch);
+            ++updates;
+          }
+        }
+        std::vector<int> all(static_cast<std::size_t>(steps * m));
+        for (int n = 0; n < steps * m; ++n) all[static_cast<std::size_t>(n)] = n;
+        EXPECT_EQ(forwards, all);
+        EXPECT_EQ(backwards, all);
+        EXPECT_EQ(applied, all);
+        EXPECT_EQ(in_flight, 0);
+        EXPECT_LE(peak, p - s);
+        if (m >= p) {
+          EXPECT_EQ(peak, p - s);
+        }
+      }
+      std::string why;
+      EXPECT_TRUE(simulate(run.lists, &why)) << "p=" << p << " m=" << m << ": " << why;
+    }
+  }
+  // Two stages, 3 micro-batches a step: stage 0 lags one micro-batch, across the step boundary.
+  EXPECT_EQ(list_str(pipedream_schedule(0, 2, 3, 0)),
+            "F0 sendA0 F1 sendA1 recvG0 B0 U0 F2 sendA2 recvG1 B1 U1 ");
+  EXPECT_EQ(list_str(pipedream_schedule(0, 2, 3, 1)),
+            "F0 sendA0 recvG-1 B-1 U-1 F1 sendA1 recvG0 B0 U0 F2 sendA2 recvG1 B1 U1 ");
+  EXPECT_EQ(list_str(pipedream_schedule(1, 2, 2, 0)),
+            "recvA0 F0 B0 sendG0 U0 recvA1 F1 B1 sendG1 U1 ");
+  EXPECT_EQ(list_str(pipedream_drain(0, 2, 1)), "recvG-1 B-1 U-1 ");
+  EXPECT_EQ(parse_schedule("pipedream", "pipeline.schedule"), ScheduleKind::kPipeDream);
+  EXPECT_DOUBLE_EQ(schedule_bubble(ScheduleKind::kPipeDream, 4, 8), 0.0);
+  EXPECT_THROW(pipedream_schedule(0, 2, 3, 2), InternalError);  // more carried than the lag
+}
+
+// A PipeDream stage of y = x + 1, dx = 2 dy on (2, 3) tensors that records which version (count of
+// optimizer steps) each micro-batch's forward and backward saw, in the run's numbering.
+class VersionStage : public StageCompute {
+ public:
+  // Slots are sized once: the executor keeps pointers to the returned tensors.
+  VersionStage(int stage, int stages)
+      : stage_(stage), stages_(stages), out_(8), grad_(8), version_(8) {}
+  tensor::Shape input_shape(int) const override { return {2, 3}; }
+  tensor::Shape output_shape(int) const override { return {2, 3}; }
+  const tensor::Tensor& forward(int k, std::size_t slot, const tensor::Tensor* input) override {
+    grow(slot);
+    const int n = base + k;
+    version_[slot] = updates_;
+    forward_version[n] = updates_;
+    out_[slot] = tensor::Tensor::zeros({2, 3});
+    for (std::int64_t i = 0; i < 6; ++i) {
+      out_[slot].data()[i] = (input != nullptr ? input->data()[i] : static_cast<float>(10 * n)) + 1;
+    }
+    if (stage_ + 1 == stages_) outputs[n] = out_[slot].data()[0];
+    return out_[slot];
+  }
+  const tensor::Tensor& backward(int k, std::size_t slot, const tensor::Tensor* grad) override {
+    grow(slot);
+    backward_version[base + k] = version_[slot];  // the stash's version
+    grad_[slot] = tensor::Tensor::zeros({2, 3});
+    for (std::int64_t i = 0; i < 6; ++i) {
+      grad_[slot].data()[i] = (grad != nullptr ? grad->data()[i] : 1.0f) * 2.0f;
+    }
+    if (stage_ == 0) first_grads[base + k] = grad_[slot].data()[0];
+    return grad_[slot];
+  }
+  void optimizer_step(int k) override {
+    order.push_back(base + k);
+    ++updates_;
+  }
+  int base = 0;  // micro-batches started before this call
+  std::map<int, int> forward_version, backward_version;
+  std::map<int, float> outputs, first_grads;
+  std::vector<int> order;
+
+ private:
+  void grow(std::size_t slot) { ASSERT_LT(slot, out_.size()); }
+  int stage_, stages_;
+  int updates_ = 0;
+  std::vector<tensor::Tensor> out_, grad_;
+  std::vector<int> version_;
+};
+
+TEST(PipelineExecutor, RunsPipeDreamAcrossStepsOverInprocRanks) {
+  // 5 steps of m micro-batches with a drain after step 2 and at the end: values and gradients
+  // arrive across the step boundaries, and every stage saw the version the rule says.
+  for (int p : {1, 2, 3, 4}) {
+    for (int m : {1, 2, 5}) {
+      const int steps = 5;
+      std::mutex mutex;
+      std::vector<std::map<int, int>> forward(static_cast<std::size_t>(p)),
+          backward(static_cast<std::size_t>(p));
+      std::vector<std::vector<int>> order(static_cast<std::size_t>(p));
+      std::map<int, float> outputs, first_grads;
+      comm::spawn_ranks(p, [&](comm::Communicator& comm) {
+        const int s = comm.rank();
+        StageExecutor executor(comm);
+        VersionStage stage(s, p);
+        const auto slots = static_cast<std::size_t>(p - s);
+        int carried = 0;
+        for (int step = 0; step < steps; ++step) {
+          stage.base = step * m;
+          executor.run_continued(pipedream_schedule(s, p, m, carried), m, slots, stage);
+          carried = pipedream_carried_after(s, p, m, carried);
+          if (step == 2 || step + 1 == steps) {
+            stage.base = (step + 1) * m;
+            executor.run_continued(pipedream_drain(s, p, carried), 0, slots, stage);
+            carried = 0;
+            EXPECT_EQ(executor.continued_in_flight(), 0u);
+          }
+        }
+        std::lock_guard lock(mutex);
+        forward[static_cast<std::size_t>(s)] = stage.forward_version;
+        backward[static_cast<std::size_t>(s)] = stage.backward_version;
+        order[static_cast<std::size_t>(s)] = stage.order;
+        if (s + 1 == p) outputs = stage.outputs;
+        if (s == 0) first_grads = stage.first_grads;
+      });
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      const int total = steps * m;
+      ASSERT_EQ(outputs.size(), static_cast<std::size_t>(total));
+      for (int n = 0; n < total; ++n) {
+        EXPECT_EQ(outputs[n], static_cast<float>(10 * n + p));
+        EXPECT_EQ(first_grads[n], static_cast<float>(1 << p));
+      }
+      for (int s = 0; s < p; ++s) {
+        const auto i = static_cast<std::size_t>(s);
+        ASSERT_EQ(order[i].size(), static_cast<std::size_t>(total));
+        for (int n = 0; n < total; ++n) {
+          EXPECT_EQ(order[i][static_cast<std::size_t>(n)], n);
+          const int drained = n >= 3 * m ? 3 * m : 0;
+          EXPECT_EQ(forward[i][n], std::max(drained, n - (p - 1 - s)))
+              << "stage " << s << " n " << n;
+          EXPECT_EQ(backward[i][n], forward[i][n]) << "stage " << s << " n " << n;
         }
       }
     }

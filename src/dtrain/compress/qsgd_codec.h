@@ -5,19 +5,27 @@
 //
 // "qsgd:b" counts bits on the wire: b in 2..16 bits per element, one of them the sign, so
 // s = 2^(b-1) - 1 levels (qsgd:2 is the paper's ternary s = 1: {-norm, 0, +norm}; qsgd:8 is
-// GRACE's s = 127 in one byte). One bit per element is the sign codec (sign_codec.h). The dither
-// u_i is a hash of (seed, i), so a run is deterministic and the codec is a pure function of
-// (x, seed); the reducer gives each rank its own seed (independent dithering).
+// GRACE's s = 127 in one byte). One bit per element is the sign codec (sign_codec.h).
+//
+// The dither: 32 xorshift32 generators (Marsaglia 2003), seeded from splitmix64(seed + g), two
+// sets of 16 lanes: element i takes generator 16 ((i div 16) mod 2) + (i mod 16), its output
+// number (i div 32) + 1, and u_i = its top 24 bits x 2^-24. Six one-cycle vector instructions make
+// 16 dithers (the hash of (seed, i) it replaced took about ten, two of them multiplies), and the
+// two sets are two independent dependency chains. So a run is deterministic and the codec is a
+// pure function of (x, seed); the reducer gives each rank its own seed (independent dithering).
 //
 // Payload: 4 + ceil(n b / 8) bytes: the norm (f32), then the b-bit codes (level | sign << (b-1)).
-// Every full block of 256 codes is 8 interleaved lanes (lane l: codes l, l + 8, ..., l + 248)
-// packed LSB-first into b 32-bit little-endian words each, word w of lane l at word 8 w + l of
-// the block's 32 b bytes: so that 8 lanes pack and unpack with one vector instruction per step
-// (SIMD-BP128, Lemire & Boytsov 2015). The last n mod 256 codes are a plain LSB-first bit stream.
+// Every full block of 512 codes is 16 interleaved lanes (lane l: codes l, l + 16, ..., l + 496)
+// packed LSB-first into b 32-bit little-endian words each, word w of lane l at word 16 w + l of
+// the block's 64 b bytes: so that 16 lanes pack and unpack with one AVX-512 instruction per step
+// (SIMD-BP128's layout, Lemire & Boytsov 2015, at 16 lanes). The last n mod 512 codes are a plain
+// LSB-first bit stream. With AVX-512 the quantization and the packing are fused (the codes never
+// leave registers), as are the unpacking and the scaling in decode.
 //
 // Bound per element: encode reads 4 B twice (the norm's sum of squares, then the quantization)
-// and writes b/8 B; decode reads b/8 B and writes 4 B (decode_add also reads 4 B). Levels, dither
-// and packing are vector code (shifts fixed at compile time for each b).
+// and writes b/8 B; decode reads b/8 B and writes 4 B (decode_add also reads 4 B): 12 + b/4 B in
+// all. Compute per 16 elements: encode about 18 vector instructions (6 for the dither), decode
+// about 8.
 #pragma once
 
 #include "dtrain/compress/codec.h"

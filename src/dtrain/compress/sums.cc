@@ -6,7 +6,7 @@
 namespace dtrain::compress {
 namespace {
 
-constexpr int kLanes = 16;
+constexpr int kLanes = 64;
 constexpr std::int64_t kBlock = 1024;
 
 template <typename Term>

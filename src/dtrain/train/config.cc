@@ -500,6 +500,10 @@ std::vector<Field> fields(Config& c) {
                    "the run's first steps average after every step before "
                    "local steps begin (PyTorch PostLocalSGD's start_localSGD_iter)",
                    0),
+      {"local_sgd", "compression", &l.compression,
+       "codec for what each rank sends to an average: its model delta since the last average, "
+       "error feedback per rank by the codec's default (docs/COMPRESSION.md): none, fp16, bf16, "
+       "sign, qsgd:<bits 2..16>, topk:<ratio or k>, randomk:<ratio or k>"},
 
       {"decentralized", "topology", &dc.topology,
        "the graph each rank averages its parameters over every step (docs/DECENTRALIZED.md; "
@@ -513,6 +517,15 @@ std::vector<Field> fields(Config& c) {
        "gossip the pre-step parameters while forward and backward run (Lian et al.'s D-PSGD: x "
        "<- W x - lr g(x)); false: local step, then gossip (x <- W (x - lr g(x)); with topology "
        "full that is synchronous data parallelism)"},
+      {"decentralized", "compression", &dc.compression,
+       "codec of CHOCO-SGD's compressed gossip: each rank sends C(x - x_hat) to its neighbours "
+       "(docs/DECENTRALIZED.md): none (plain D-PSGD), fp16, bf16, sign, qsgd:<bits 2..16>, "
+       "topk:<ratio or k>, randomk:<ratio or k>"},
+      {"decentralized", "consensus_step", &dc.consensus_step,
+       "CHOCO-SGD's consensus step gamma in (0, 1]: x += gamma sum_j W_rj (x_hat_j - x_hat_r); "
+       "0 = by codec (1 for none, fp16, bf16; min(0.4, 10 k / N) for topk, randomk; 0.4 for sign, "
+       "qsgd)",
+       0, 1},
 
       int_at_least("pipeline", "micro_batches", &pl.micro_batches,
                    "m: each step's batch is cut into m micro-batches that flow through the "
@@ -522,12 +535,13 @@ std::vector<Field> fields(Config& c) {
        "schedule",
        &pl.schedule,
        "gpipe: all forwards, then all backwards (m micro-batches of activations per stage); "
-       "1f1b: one forward one backward (PipeDream-flush, at most p in flight)",
+       "1f1b: one forward one backward (PipeDream-flush, at most p in flight); pipedream: "
+       "asynchronous 1F1B without flush, an update per micro-batch, weight stashing",
        -kInf,
        kInf,
        false,
        false,
-       {"gpipe", "1f1b"}},
+       {"gpipe", "1f1b", "pipedream"}},
       {"pipeline",
        "partition",
        &pl.partition,
@@ -538,6 +552,10 @@ std::vector<Field> fields(Config& c) {
        false,
        false,
        {"layers", "balanced"}},
+      {"pipeline", "deferred_batch_norm", &pl.deferred_batch_norm,
+       "batch norm running statistics updated once per step from all m micro-batches' statistics "
+       "(torchgpipe's deferred batch norm); false: once per micro-batch, as "
+       "train.accumulate_steps = m does"},
 
       int_at_least("federated", "clients", &fd.clients,
                    "K: simulated clients, each holding its part of the training set "
@@ -561,6 +579,13 @@ std::vector<Field> fields(Config& c) {
        "injected: the probability that a participant fails after its first local step; it is "
        "dropped from its round and counted",
        0, 1},
+      {"federated", "compression", &fd.compression,
+       "codec for each client's upload, its model delta from the round's global model, without "
+       "error feedback (clients are stateless; docs/FEDERATED.md): none, fp16, bf16, sign, "
+       "qsgd:<bits 2..16>, topk:<ratio or k>, randomk:<ratio or k>"},
+      {"federated", "compress_download", &fd.compress_download,
+       "send the server's broadcast through the same codec too (the global model's delta, with "
+       "error feedback kept by the server where the codec's default has it)"},
 
       {"tensor_parallel",
        "style",
@@ -1265,6 +1290,14 @@ void validate_impl(const Config& config, const Provenance& provenance,
           "set pipeline.micro_batches instead (the same update)",
           config.train.accumulate_steps, where("train.accumulate_steps"), pl.micro_batches));
     }
+    if (pl.schedule == "pipedream" && strategy == "hybrid") {
+      throw ConfigError(fmt::format(
+          "config key 'pipeline.schedule' = \"pipedream\" ({}) runs under parallel.strategy = "
+          "\"pipeline\" only: it updates each stage after every micro-batch, which cannot "
+          "average hybrid.dp = {} replicas' gradients and is not built for hybrid.tp = {} "
+          "tensor-parallel stages; use pipeline.schedule = \"1f1b\"",
+          where("pipeline.schedule"), config.hybrid.dp, config.hybrid.tp));
+    }
     if (pl.micro_batches > config.train.batch_size) {
       throw ConfigError(fmt::format(
           "config key 'pipeline.micro_batches' = {} ({}) is more than train.batch_size = {}: "
@@ -1311,6 +1344,53 @@ void validate_impl(const Config& config, const Provenance& provenance,
     throw ConfigError(fmt::format("config key '{}' = \"{}\" ({}): {}",
                                   key("data_parallel.compression"), dp.compression,
                                   where("data_parallel.compression"), e.what()));
+  }
+  // Each strategy that compresses reads its own key; a codec named where the strategy does not
+  // read it is an error, never silently ignored (the --compression flag sets
+  // data_parallel.compression for the strategies without a key of their own).
+  const std::pair<const char*, const std::string*> compression_keys[] = {
+      {"data_parallel", &dp.compression},
+      {"parameter_server", &ps.compression},
+      {"local_sgd", &config.local_sgd.compression},
+      {"decentralized", &config.decentralized.compression},
+      {"federated", &config.federated.compression}};
+  for (const auto& [owner, value] : compression_keys) {
+    const std::string name = std::string(owner) + ".compression";
+    if (*value != "none" && strategy != owner) {
+      throw ConfigError(fmt::format(
+          "config key '{}' = \"{}\" ({}): parallel.strategy = \"{}\" does not compress; "
+          "--compression is taken by data_parallel, parameter_server, local_sgd, decentralized "
+          "and federated (each its own key, docs/COMPRESSION.md)",
+          key(name), *value, where(name), strategy));
+    }
+    if (strategy != owner || std::string_view(owner) == "data_parallel" ||
+        std::string_view(owner) == "parameter_server") {
+      continue;
+    }
+    try {
+      if (compress::parse_codec(*value).kind == compress::CodecKind::kPowerSgd) {
+        throw ConfigError(
+            "PowerSGD factors each gradient tensor as a matrix with state shared by all ranks of "
+            "a synchronous allreduce, which a model delta sent to an average, a neighbour or a "
+            "server does not have; accepted here: none, fp16, bf16, sign, qsgd:<bits>, "
+            "topk:<ratio or k>, randomk:<ratio or k>");
+      }
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("config key '{}' = \"{}\" ({}): {}", key(name), *value,
+                                    where(name), e.what()));
+    }
+  }
+  const DecentralizedSection& dc = config.decentralized;
+  if (strategy == "decentralized" && (dc.compression != "none" || dc.consensus_step > 0.0) &&
+      (dc.topology == "one-peer-exponential" || dc.overlap)) {
+    const std::string name =
+        dc.compression != "none" ? "decentralized.compression" : "decentralized.consensus_step";
+    throw ConfigError(fmt::format(
+        "config key '{}' ({}) runs CHOCO-SGD's compressed gossip, which needs a static topology "
+        "(ring, torus, exponential, full; now \"{}\") and the local step before the gossip "
+        "(decentralized.overlap = false; now {}): each rank mixes its neighbours' public copies, "
+        "rebuilt from what they sent (docs/DECENTRALIZED.md)",
+        key(name), where(name), dc.topology, dc.overlap));
   }
   if (strategy == "parameter_server") {
     try {

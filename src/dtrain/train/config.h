@@ -210,6 +210,8 @@ struct ParameterServerSection {
 struct LocalSgdSection {
   std::int64_t period = 4;             // H: local steps between averages (1 = synchronous SGD)
   std::int64_t synchronous_steps = 0;  // steps averaged every step first (PostLocalSGD's warm-up)
+  // A compress/codec_spec.h codec for each average's model delta (docs/COMPRESSION.md).
+  std::string compression = "none";
   bool operator==(const LocalSgdSection&) const = default;
 };
 
@@ -220,6 +222,9 @@ struct DecentralizedSection {
   std::string topology = "one-peer-exponential";  // a comm::parse_topology name
   std::int64_t global_average_every = 0;          // H: a global average every H steps; 0 = never
   bool overlap = false;  // gossip the pre-step parameters during forward/backward (Lian et al.)
+  // CHOCO-SGD's compressed gossip (docs/DECENTRALIZED.md): a codec, and the consensus step gamma.
+  std::string compression = "none";
+  double consensus_step = 0.0;  // 0 = by codec (docs/DECENTRALIZED.md)
   bool operator==(const DecentralizedSection&) const = default;
 };
 
@@ -227,8 +232,9 @@ struct DecentralizedSection {
 // docs/PIPELINE.md): parallel.workers stages, each step's batch cut into micro_batches.
 struct PipelineSection {
   std::int64_t micro_batches = 4;    // m: micro-batches per step (bubble (p-1)/(m+p-1))
-  std::string schedule = "1f1b";     // gpipe | 1f1b
+  std::string schedule = "1f1b";     // gpipe | 1f1b | pipedream (async, weight stashing)
   std::string partition = "layers";  // layers (equal counts) | balanced (measured layer times)
+  bool deferred_batch_norm = false;  // running statistics once per step from all micro-batches
   bool operator==(const PipelineSection&) const = default;
 };
 
@@ -236,13 +242,15 @@ struct PipelineSection {
 // FedAvg over `clients` simulated clients spread over the ranks; each round a fraction of them runs
 // local_epochs epochs from the global model, which then becomes their sample-weighted average.
 struct FederatedSection {
-  std::int64_t clients = 100;     // K
-  double client_fraction = 0.1;   // C in (0, 1]: max(1, floor(C K)) clients per round
-  std::int64_t local_epochs = 1;  // E
-  std::int64_t rounds = 100;      // communication rounds (train.epochs does not apply)
-  std::string partition = "iid";  // iid | shards[:S] | dirichlet:A (data/client_partition.h)
-  double fedprox_mu = 0.0;        // FedProx's mu; 0 = FedAvg
-  double client_failure = 0.0;    // injected: probability a participant fails mid-round
+  std::int64_t clients = 100;        // K
+  double client_fraction = 0.1;      // C in (0, 1]: max(1, floor(C K)) clients per round
+  std::int64_t local_epochs = 1;     // E
+  std::int64_t rounds = 100;         // communication rounds (train.epochs does not apply)
+  std::string partition = "iid";     // iid | shards[:S] | dirichlet:A (data/client_partition.h)
+  double fedprox_mu = 0.0;           // FedProx's mu; 0 = FedAvg
+  double client_failure = 0.0;       // injected: probability a participant fails mid-round
+  std::string compression = "none";  // a codec for each client's upload (its model delta)
+  bool compress_download = false;    // the same codec for the server's broadcast (its delta)
   bool operator==(const FederatedSection&) const = default;
 };
 

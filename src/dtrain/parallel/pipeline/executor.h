@@ -14,12 +14,17 @@
 // deadline, so a stage that died makes its neighbours fail with its rank named, never hang.
 // Bytes per step and stage: m x (activation + gradient) of one micro-batch at each boundary, e.g.
 // 2 x B x T x d x 4 bytes per step for a GPT cut between two blocks.
+//
+// run() executes one step of a flush schedule (every micro-batch of the step done when it returns);
+// run_continued() one step of PipeDream's (schedule.h), whose micro-batches may finish in a later
+// call: it keeps the slots and their senders across calls and numbers micro-batches over the run.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "dtrain/comm/communicator.h"
@@ -50,6 +55,9 @@ class StageCompute {
   // previous stage (ignored on the first); unchanged until the slot's next backward.
   virtual const tensor::Tensor& backward(int micro_batch, std::size_t slot,
                                          const tensor::Tensor* grad) = 0;
+  // PipeDream (ActionKind::kOptimizerStep): update this stage's weights with micro-batch k's
+  // gradient, right after its backward and gradient send. The flush schedules never call it.
+  virtual void optimizer_step(int micro_batch) { (void)micro_batch; }
 };
 
 // One executed action, for the trace and the bubble.
@@ -85,8 +93,28 @@ class StageExecutor {
   StageStats run(const std::vector<Action>& actions, int micro_batches, StageCompute& compute,
                  const std::function<void(const ActionSpan&)>& on_action = {});
 
+  // A step of a schedule without a flush (PipeDream: pipedream_schedule / pipedream_drain).
+  // Micro-batch k of `actions` is micro-batch base + k of the run, where base counts the
+  // micro-batches started by earlier calls (k < 0: one of theirs still in flight); this call starts
+  // `micro_batches` new ones. Slots (at most `slots`), what they hold and the sends posted carry
+  // over to the next call; at the end, only a drain (micro_batches = 0, every stage at the same
+  // point) that left nothing in flight waits for its sends: after a step, a neighbour may take
+  // one in its next call. A gradient received
+  // for an earlier step's micro-batch takes the shape of the output its forward returned. The
+  // stats' seconds run from the first action to the last one's end.
+  StageStats run_continued(const std::vector<Action>& actions, int micro_batches, std::size_t slots,
+                           StageCompute& compute,
+                           const std::function<void(const ActionSpan&)>& on_action = {});
+  // Micro-batches started by run_continued and not yet through their backward on this stage.
+  std::size_t continued_in_flight() const { return continued_slot_.size(); }
+
  private:
   std::size_t slot_for(int micro_batch);
+  void ensure_slots(std::size_t slots);
+  // The loop both runs share; `continued`: run_continued's numbering and shapes.
+  void execute(const std::vector<Action>& actions, StageCompute& compute,
+               const std::function<void(const ActionSpan&)>& on_action, bool continued,
+               StageStats& stats);
 
   comm::Communicator& comm_;
   int stage_;
@@ -99,6 +127,12 @@ class StageExecutor {
   std::vector<const tensor::Tensor*> input_grad_;      // per slot: what its backward returned
   std::vector<std::size_t> free_slots_;
   std::vector<std::ptrdiff_t> slot_of_;  // per micro-batch; -1 before its first use
+  // run_continued: the run's micro-batch number -> its slot, for those in flight; the number of
+  // micro-batch 0 of the current call; whether the slots were set up.
+  std::vector<std::pair<std::int64_t, std::size_t>> continued_slot_;
+  std::int64_t continued_base_ = 0;
+  bool continued_ = false;
+  std::size_t last_slot_ = 0;  // the slot of the last backward (for an optimizer step's span)
 };
 
 }  // namespace dtrain::parallel::pipeline

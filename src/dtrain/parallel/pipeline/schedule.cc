@@ -33,14 +33,20 @@ void add_backward(std::vector<Action>& list, int stage, int stages, int k) {
 }  // namespace
 
 std::string_view schedule_name(ScheduleKind kind) {
-  return kind == ScheduleKind::kGPipe ? "gpipe" : "1f1b";
+  switch (kind) {
+    case ScheduleKind::kGPipe: return "gpipe";
+    case ScheduleKind::kOneFOneB: return "1f1b";
+    case ScheduleKind::kPipeDream: return "pipedream";
+  }
+  return "?";
 }
 
 ScheduleKind parse_schedule(std::string_view name, std::string_view key) {
   if (name == "gpipe") return ScheduleKind::kGPipe;
   if (name == "1f1b") return ScheduleKind::kOneFOneB;
-  throw ConfigError(
-      fmt::format("{} = \"{}\" is not a pipeline schedule; accepted: gpipe, 1f1b", key, name));
+  if (name == "pipedream") return ScheduleKind::kPipeDream;
+  throw ConfigError(fmt::format(
+      "{} = \"{}\" is not a pipeline schedule; accepted: gpipe, 1f1b, pipedream", key, name));
 }
 
 std::vector<Action> gpipe_schedule(int stage, int stages, int micro_batches) {
@@ -67,13 +73,63 @@ std::vector<Action> one_f_one_b_schedule(int stage, int stages, int micro_batche
   return list;
 }
 
+std::vector<Action> pipedream_schedule(int stage, int stages, int micro_batches, int carried) {
+  check_arguments(stage, stages, micro_batches);
+  const int lag = stages - 1 - stage;
+  DTRAIN_CHECK(carried >= 0 && carried <= lag,
+               "pipedream step on stage {} of {} carrying {} micro-batches (at most {})", stage,
+               stages, carried, lag);
+  std::vector<Action> list;
+  int oldest = -carried;  // the oldest micro-batch in flight
+  for (int k = 0; k < micro_batches; ++k) {
+    add_forward(list, stage, stages, k);
+    if (k + 1 - oldest > lag) {
+      add_backward(list, stage, stages, oldest);
+      list.push_back({ActionKind::kOptimizerStep, oldest});
+      ++oldest;
+    }
+  }
+  return list;
+}
+
+int pipedream_carried_after(int stage, int stages, int micro_batches, int carried) {
+  return std::min(stages - 1 - stage, carried + micro_batches);
+}
+
+std::vector<Action> pipedream_drain(int stage, int stages, int carried) {
+  DTRAIN_CHECK(
+      stages >= 1 && stage >= 0 && stage < stages && carried >= 0 && carried <= stages - 1 - stage,
+      "pipedream drain on stage {} of {} carrying {} micro-batches", stage, stages, carried);
+  std::vector<Action> list;
+  for (int k = -carried; k < 0; ++k) {
+    add_backward(list, stage, stages, k);
+    list.push_back({ActionKind::kOptimizerStep, k});
+  }
+  return list;
+}
+
 std::vector<Action> make_schedule(ScheduleKind kind, int stage, int stages, int micro_batches) {
-  return kind == ScheduleKind::kGPipe ? gpipe_schedule(stage, stages, micro_batches)
-                                      : one_f_one_b_schedule(stage, stages, micro_batches);
+  switch (kind) {
+    case ScheduleKind::kGPipe: return gpipe_schedule(stage, stages, micro_batches);
+    case ScheduleKind::kOneFOneB: return one_f_one_b_schedule(stage, stages, micro_batches);
+    case ScheduleKind::kPipeDream: break;
+  }
+  std::vector<Action> list = pipedream_schedule(stage, stages, micro_batches, 0);
+  const int left = pipedream_carried_after(stage, stages, micro_batches, 0);
+  // The drain numbers the left ones -left .. -1; here they are m - left .. m - 1.
+  for (Action action : pipedream_drain(stage, stages, left)) {
+    action.micro_batch += micro_batches;
+    list.push_back(action);
+  }
+  return list;
 }
 
 double bubble_fraction(int stages, int micro_batches) {
   return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
+}
+
+double schedule_bubble(ScheduleKind kind, int stages, int micro_batches) {
+  return kind == ScheduleKind::kPipeDream ? 0.0 : bubble_fraction(stages, micro_batches);
 }
 
 int peak_in_flight(const std::vector<Action>& actions) {
@@ -94,12 +150,13 @@ std::string action_kind_name(ActionKind kind) {
     case ActionKind::kRecvActivation: return "recv activation";
     case ActionKind::kSendGradient: return "send gradient";
     case ActionKind::kRecvGradient: return "recv gradient";
+    case ActionKind::kOptimizerStep: return "optimizer step";
   }
   return "?";
 }
 
 std::string action_name(const Action& action) {
-  static constexpr const char* kShort[] = {"F", "B", "sendA", "recvA", "sendG", "recvG"};
+  static constexpr const char* kShort[] = {"F", "B", "sendA", "recvA", "sendG", "recvG", "U"};
   return fmt::format("{}{}", kShort[static_cast<int>(action.kind)], action.micro_batch);
 }
 

@@ -59,10 +59,24 @@ DecentralizedSgd::DecentralizedSgd(const StrategyContext& context, const data::D
   }
   parallel::broadcast_parameters(comm_, context.model.store());
   gossip_bytes_start_ = static_cast<double>(comm_.stats().get("neighbor_allreduce").bytes_sent);
+  const auto& settings = context.config.decentralized;
+  const compress::CodecSpec spec = compress::parse_codec(settings.compression);
+  if (spec.kind != compress::CodecKind::kNone || settings.consensus_step > 0.0) {
+    const nn::ParamStore& store = context.model.store();
+    choco_ = std::make_unique<ChocoGossip>(
+        comm_, topology_, spec,
+        settings.consensus_step > 0.0 ? settings.consensus_step
+                                      : ChocoGossip::default_gamma(spec, store.num_params()),
+        store.params(), store.num_params(), static_cast<std::uint64_t>(context.config.train.seed));
+  }
 }
 
 double DecentralizedSgd::model_bytes() const {
   const nn::ParamStore& store = context_.model.store();
+  if (choco_) {
+    return static_cast<double>(choco_->payload_bytes()) +
+           4.0 * static_cast<double>(store.num_buffer_elements());
+  }
   return 4.0 * static_cast<double>(store.num_params() + store.num_buffer_elements());
 }
 
@@ -78,6 +92,10 @@ StepResult DecentralizedSgd::step(const StepInput& input, optim::Optimizer& opti
   restore_replica();  // after a checkpoint the store held the average
   const auto& settings = context_.config.decentralized;
   nn::ParamStore& store = context_.model.store();
+  if (choco_reset_) {
+    choco_->reset(store.params());
+    choco_reset_ = false;
+  }
   const std::int64_t n = store.num_params();
   const bool global =
       settings.global_average_every > 0 && (input.step + 1) % settings.global_average_every == 0;
@@ -136,6 +154,9 @@ StepResult DecentralizedSgd::step(const StepInput& input, optim::Optimizer& opti
       global_mean();
       global_average_bytes_sent_ += bytes_sent() - sent_before;
       ++global_averages_;
+    } else if (choco_) {
+      choco_->step(store.params(), input.step);
+      gossip_buffers(input.step);
     } else {
       comm_.neighbor_allreduce(store.params(), store.params(), n, DType::kF32, topology_,
                                input.step, gossip_options);
@@ -317,6 +338,8 @@ void DecentralizedSgd::restore_state(std::vector<optim::StateTensor> state,
     }
     std::copy(tensor->values.begin(), tensor->values.end(), target);
   }
+  // CHOCO's public copies: rebuilt from the restored replicas before the next step.
+  if (choco_) choco_reset_ = true;
   Strategy::restore_state(std::move(optimizer_state), optimizer_steps, optimizer, path);
 }
 
@@ -329,7 +352,7 @@ std::vector<std::string> DecentralizedSgd::describe() const {
       static_cast<double>(out_degree_.size());
   std::string grid;
   if (topology_.rows() > 0) grid = fmt::format(" {} x {}", topology_.rows(), topology_.cols());
-  return {
+  std::vector<std::string> lines = {
       fmt::format("decentralized SGD: {} ranks, topology {}{} ({} out-neighbour(s) per step{}), "
                   "{}; evaluation measures the replicas' average",
                   context_.world, topology_.name(), grid, mean_degree,
@@ -339,16 +362,24 @@ std::vector<std::string> DecentralizedSgd::describe() const {
                         "(Lian et al.)"
                       : "local step, then gossip"),
       fmt::format(
-          "gossip: out-neighbours x 4(N + B) = {:.0f} bytes sent per rank and step; ring "
+          "gossip: out-neighbours x {} = {:.0f} bytes sent per rank and step; ring "
           "allreduce of the gradients: 2 (P-1)/P x 4N = {:.0f} ({:.3f}x); global average "
           "{}",
-          mean_degree * bytes, ring_allreduce_bytes(store.num_params(), context_.world),
+          choco_ ? std::string("(payload + 4B)") : std::string("4(N + B)"), mean_degree * bytes,
+          ring_allreduce_bytes(store.num_params(), context_.world),
           mean_degree * bytes /
               std::max(ring_allreduce_bytes(store.num_params(), context_.world), 1.0),
           settings.global_average_every > 0
               ? fmt::format("every {} steps (2 (P-1)/P x 4(N + B) each, by {} allreduce)",
                             settings.global_average_every, comm_.options().allreduce_algorithm)
               : std::string("never"))};
+  if (choco_) {
+    lines.push_back(
+        fmt::format("compressed gossip (CHOCO-SGD): each rank sends C(x - x_hat) through {} to its "
+                    "out-neighbours, {} bytes each, consensus step gamma = {}; buffers exactly",
+                    choco_->codec_text(), choco_->payload_bytes(), choco_->gamma()));
+  }
+  return lines;
 }
 
 nlohmann::json DecentralizedSgd::summary(const RunTotalsView& totals) {
@@ -358,9 +389,11 @@ nlohmann::json DecentralizedSgd::summary(const RunTotalsView& totals) {
   for (const auto& row : ranks) sent += row["bytes_sent"].get<double>();
   // Summed over the ranks (collective: every rank calls summary()): the gossip measured by the
   // neighbour allreduce counter, its formula, the global averages.
-  double sums[3] = {
-      static_cast<double>(comm_.stats().get("neighbor_allreduce").bytes_sent) - gossip_bytes_start_,
-      gossip_bytes_predicted_, global_average_bytes_sent_};
+  // CHOCO's payloads go point to point (the "send" counter around its exchanges); a resume's
+  // reset adds one exact neighbour allreduce.
+  double sums[3] = {static_cast<double>(comm_.stats().get("neighbor_allreduce").bytes_sent) -
+                        gossip_bytes_start_ + (choco_ ? choco_->bytes_sent() : 0.0),
+                    gossip_bytes_predicted_, global_average_bytes_sent_};
   comm_.allreduce(sums, 3, DType::kF64, comm::ReduceOp::kSum);
   // Each replica's test accuracy, by rank (-1 where the rank had no test set).
   double accuracy = replica_accuracy_.value_or(-1.0);
@@ -393,7 +426,12 @@ nlohmann::json DecentralizedSgd::summary(const RunTotalsView& totals) {
       // The gossip alone, measured by the communicator's counter, beside its formula.
       {"gossip_bytes_sent_per_rank_and_step", gossip},
       {"gossip_bytes_sent_per_rank_and_step_predicted", sums[1] / steps / p},
-      {"gossip_bytes_formula", "out-neighbours x 4(N + B) per gossip step"},
+      {"gossip_bytes_formula",
+       choco_ ? fmt::format("out-neighbours x ({} B {} payload + 4B) per gossip step",
+                            choco_->payload_bytes(), choco_->codec_text())
+              : std::string("out-neighbours x 4(N + B) per gossip step")},
+      {"compression", choco_ ? choco_->codec_text() : std::string("none")},
+      {"consensus_step", choco_ ? nlohmann::json(choco_->gamma()) : nlohmann::json()},
       {"global_average_bytes_sent_per_rank_and_step", sums[2] / steps / p},
       {"global_average_bytes_sent_per_rank_and_step_predicted",
        ring_allreduce_bytes(n + context_.model.store().num_buffer_elements(), context_.world) *

@@ -50,6 +50,12 @@
 // Ring allreduce of the gradients (synchronous data parallelism) sends 2 (P-1)/P x 4N per step:
 // one-peer exponential sends 1 / (2 (P-1)/P) of that, the static graphs more.
 //
+// decentralized.compression (or consensus_step > 0): CHOCO-SGD's compressed gossip instead of the
+// neighbour allreduce of the parameters (choco_gossip.h): each rank sends C(x - x_hat) to its
+// out-neighbours, out-degree x encoded_bytes(N) bytes per step, and mixes with the consensus step
+// gamma. Static topologies only, after the local step only (overlap = false); buffers are still
+// gossiped exactly.
+//
 // The gossip skips the per-call header check (CollectiveOptions::check_header = false): the check
 // is 2(P-1) messages through rank 0 every call, a global synchronization per step, which is what
 // decentralized SGD exists to avoid; and the arguments are equal on every rank by construction
@@ -75,6 +81,7 @@
 #include "dtrain/data/dataset.h"
 #include "dtrain/train/metrics.h"
 #include "dtrain/train/run_data.h"
+#include "dtrain/train/strategies/decentralized/choco_gossip.h"
 #include "dtrain/train/strategy.h"
 
 namespace dtrain::train {
@@ -123,7 +130,8 @@ class DecentralizedSgd final : public Strategy {
   double evaluate_alone();
   // Bytes this rank has sent over comm_, all operations together.
   double bytes_sent() const;
-  // The bytes of one model as gossip sends it: 4 (N + B).
+  // The bytes of one model as gossip sends it: 4 (N + B); with CHOCO the codec's payload for N,
+  // plus 4B.
   double model_bytes() const;
 
   comm::Communicator& comm_;
@@ -131,7 +139,9 @@ class DecentralizedSgd final : public Strategy {
   const data::Dataset* test_ = nullptr;
   std::vector<int> out_degree_;  // out-neighbours of this rank at step t, indexed t mod period
   std::vector<float> mixed_;     // overlap: the gossiped pre-step parameters, (N)
-  std::int64_t steps_done_ = 0;  // the global step after the last step() (for records)
+  std::unique_ptr<ChocoGossip> choco_;  // compressed gossip (or null: the neighbour allreduce)
+  bool choco_reset_ = false;            // a resume changed the replicas: reset before the step
+  std::int64_t steps_done_ = 0;         // the global step after the last step() (for records)
   std::int64_t gossip_steps_ = 0;
   std::int64_t global_averages_ = 0;
   double gossip_bytes_start_ = 0;         // the neighbour allreduce counter at start

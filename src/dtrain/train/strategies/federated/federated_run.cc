@@ -11,10 +11,13 @@
 #include "dtrain/base/log.h"
 #include "dtrain/base/stop_request.h"
 #include "dtrain/base/timer.h"
+#include "dtrain/compress/codec_spec.h"
+#include "dtrain/compress/error_feedback.h"
 #include "dtrain/data/client_partition.h"
 #include "dtrain/nn/loss.h"
 #include "dtrain/nn/model_zoo.h"
 #include "dtrain/parallel/rank_agreement.h"
+#include "dtrain/parallel/reducers/compressed_reducer.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/strategies/federated/client_update.h"
@@ -174,8 +177,35 @@ RunSummary FederatedRun::run() {
   const fs::path dir(s.options.run_dir);
   nn::ParamStore& store = s.model->store();
   const std::int64_t values = store.num_params() + store.num_buffer_elements();
-  const std::int64_t model_bytes = 4 * values;  // one f32 model, either way
+  const std::int64_t model_bytes = 4 * values;  // one f32 model
   const std::int64_t per_round = clients_per_round(f.clients, f.client_fraction);
+  // federated.compression (docs/FEDERATED.md, "Compression"): each upload is the client's model
+  // delta from the round's global model through the codec, the buffers in f32; no error feedback
+  // (clients are stateless). compress_download: the server's broadcast is the global model's delta
+  // through the same codec, with error feedback at the server where the codec's default has it.
+  compress::CodecSpec codec_spec = compress::parse_codec(f.compression);
+  const std::unique_ptr<compress::Codec> codec = compress::make_codec(codec_spec);
+  const bool compress_down = codec != nullptr && f.compress_download;
+  const std::int64_t n_params = store.num_params();
+  const std::int64_t compressed_bytes =
+      codec ? static_cast<std::int64_t>(codec->encoded_bytes(n_params)) +
+                  4 * store.num_buffer_elements()
+            : model_bytes;
+  const std::int64_t up_bytes = compressed_bytes;  // per completed client
+  const std::int64_t down_bytes = compress_down ? compressed_bytes : model_bytes;
+  const std::string up_text = codec ? fmt::format("{} payload ({} B) + 4B", codec_spec.text(),
+                                                  codec->encoded_bytes(n_params))
+                                    : std::string("4 (N + B)");
+  const std::string down_text =
+      compress_down
+          ? fmt::format("{} payload ({} B) + 4B", codec_spec.text(), codec->encoded_bytes(n_params))
+          : std::string("4 (N + B)");
+  std::vector<std::uint8_t> payload(codec ? codec->encoded_bytes(n_params) : 0);
+  std::vector<float> delta(codec ? static_cast<std::size_t>(n_params) : 0);
+  std::vector<float> previous_global;
+  std::optional<compress::ErrorFeedback> server_feedback;
+  if (compress_down && codec_spec.error_feedback) server_feedback.emplace(n_params);
+  std::vector<float> sent(server_feedback ? static_cast<std::size_t>(n_params) : 0);
 
   std::optional<MetricsLog> metrics;
   if (writer) {
@@ -210,9 +240,18 @@ RunSummary FederatedRun::run() {
       f.fedprox_mu > 0.0 ? fmt::format(", FedProx mu = {}", f.fedprox_mu) : std::string(), f.rounds,
       dir.string()));
   progress.message(fmt::format(
-      "traffic per round: down = participants x 4 (N + B) = {} x 4 x {} = {} bytes, up = "
-      "completed x 4 (N + B) (<= {} bytes)",
-      per_round, values, per_round * model_bytes, per_round * model_bytes));
+      "traffic per round: down = participants x {} = {} x {} = {} bytes, up = completed x {} (<= "
+      "{} bytes)",
+      down_text, per_round, down_bytes, per_round * down_bytes, up_text, per_round * up_bytes));
+  if (codec) {
+    progress.message(fmt::format(
+        "uploads compressed: each client's model delta through {}, no error feedback (clients "
+        "are stateless); download {}",
+        codec_spec.text(),
+        compress_down ? fmt::format("compressed too (the global model's delta), error feedback {}",
+                                    server_feedback ? "on at the server" : "off")
+                      : std::string("in f32 (federated.compress_download = false)")));
+  }
 
   FederatedAverage average(store.num_params(), store.num_buffer_elements());
   AccuracyTargets targets(t.accuracy_targets);
@@ -245,6 +284,22 @@ RunSummary FederatedRun::run() {
         const ClientResult result =
             s.clients->train(s.partition.clients[static_cast<std::size_t>(client)], global_params_,
                              global_buffers_, round, client, fail);
+        if (codec) {
+          // What the server receives: w_g + decode(encode(w_k - w_g)).
+          float* params = store.params();
+          for (std::int64_t i = 0; i < n_params; ++i) {
+            delta[static_cast<std::size_t>(i)] =
+                params[i] - global_params_[static_cast<std::size_t>(i)];
+          }
+          const std::uint64_t upload_seed =
+              parallel::codec_seed(seed, static_cast<std::size_t>(client) + 1, round, -1);
+          codec->encode(delta.data(), n_params, payload.data(), upload_seed);
+          codec->decode(payload.data(), n_params, delta.data(), upload_seed);
+          for (std::int64_t i = 0; i < n_params; ++i) {
+            params[i] =
+                global_params_[static_cast<std::size_t>(i)] + delta[static_cast<std::size_t>(i)];
+          }
+        }
         average.add(
             result.samples,
             std::span<const float>(store.params(), static_cast<std::size_t>(store.num_params())),
@@ -265,7 +320,28 @@ RunSummary FederatedRun::run() {
     // allreduce (a process under mpirun may not have seen it).
     counts.stop = stop_requested() != 0 ? 1.0 : 0.0;
     average.allreduce(s.comm);
+    if (compress_down) previous_global = global_params_;
     const bool moved = average.average_into(global_params_, global_buffers_);
+    if (compress_down && moved) {
+      // What the participants of the next round receive: the old model plus the decoded delta
+      // (every rank computes the same, so the server's error feedback is the same everywhere).
+      for (std::int64_t i = 0; i < n_params; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        delta[k] = global_params_[k] - previous_global[k];
+      }
+      const std::uint64_t download_seed = parallel::codec_seed(seed, 0, round, -1);
+      if (server_feedback) {
+        server_feedback->encode(*codec, 0, delta.data(), n_params, payload.data(), download_seed,
+                                sent.data());
+      } else {
+        codec->encode(delta.data(), n_params, payload.data(), download_seed);
+      }
+      codec->decode(payload.data(), n_params, delta.data(), download_seed);
+      for (std::int64_t i = 0; i < n_params; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        global_params_[k] = previous_global[k] + delta[k];
+      }
+    }
     const double round_seconds = round_clock.seconds();
     train_seconds += round_seconds;
     const auto completed = static_cast<std::int64_t>(counts.completed);
@@ -274,8 +350,8 @@ RunSummary FederatedRun::run() {
       log::warn("round {}: all {} participants failed; the global model stays as it was", round + 1,
                 per_round);
     }
-    const std::int64_t down = per_round * model_bytes;
-    const std::int64_t up = completed * model_bytes;
+    const std::int64_t down = per_round * down_bytes;
+    const std::int64_t up = completed * up_bytes;
     bytes_down += down;
     bytes_up += up;
     completed_total += completed;
@@ -300,29 +376,28 @@ RunSummary FederatedRun::run() {
       }
     }
     if (writer) {
-      nlohmann::json line = {
-          {"kind", "round"},
-          {"round", round + 1},
-          {"epoch", round + 1},
-          {"participants", per_round},
-          {"completed", completed},
-          {"failed", failed},
-          {"samples", static_cast<std::int64_t>(counts.samples)},
-          {"local_steps", static_cast<std::int64_t>(counts.steps)},
-          {"bytes_down", down},
-          {"bytes_up", up},
-          {"bytes_down_formula",
-           fmt::format("participants x 4 (N + B) = {} x 4 x {}", per_round, values)},
-          {"bytes_up_formula",
-           fmt::format("completed x 4 (N + B) = {} x 4 x {}", completed, values)},
-          {"bytes_total", bytes_down + bytes_up},
-          {"train_loss", train_loss},
-          {"train_accuracy", train_accuracy},
-          {"test_loss", last_eval.first},
-          {"test_accuracy", accuracy},
-          {"round_seconds", round_seconds},
-          {"train_seconds", train_seconds},
-          {"elapsed", wall.seconds()}};
+      nlohmann::json line = {{"kind", "round"},
+                             {"round", round + 1},
+                             {"epoch", round + 1},
+                             {"participants", per_round},
+                             {"completed", completed},
+                             {"failed", failed},
+                             {"samples", static_cast<std::int64_t>(counts.samples)},
+                             {"local_steps", static_cast<std::int64_t>(counts.steps)},
+                             {"bytes_down", down},
+                             {"bytes_up", up},
+                             {"bytes_down_formula", fmt::format("participants x {} = {} x {}",
+                                                                down_text, per_round, down_bytes)},
+                             {"bytes_up_formula", fmt::format("completed x {} = {} x {}", up_text,
+                                                              completed, up_bytes)},
+                             {"bytes_total", bytes_down + bytes_up},
+                             {"train_loss", train_loss},
+                             {"train_accuracy", train_accuracy},
+                             {"test_loss", last_eval.first},
+                             {"test_accuracy", accuracy},
+                             {"round_seconds", round_seconds},
+                             {"train_seconds", train_seconds},
+                             {"elapsed", wall.seconds()}};
       metrics->write(line);
     }
     progress.message(fmt::format(
@@ -390,11 +465,17 @@ RunSummary FederatedRun::run() {
       {"model_bytes", model_bytes},
       {"bytes_down", bytes_down},
       {"bytes_up", bytes_up},
-      {"bytes_down_predicted", rounds_run * per_round * model_bytes},
+      {"bytes_down_predicted", rounds_run * per_round * down_bytes},
+      {"bytes_up_predicted", completed_total * up_bytes},
+      {"compression", codec_spec.text()},
+      {"compress_download", compress_down},
+      {"upload_bytes_per_client", up_bytes},
+      {"download_bytes_per_client", down_bytes},
       {"bytes_formula",
-       fmt::format("down = rounds x participants x 4 (N + B) = {} x {} x 4 x {}; up = completed x "
-                   "4 (N + B) = {} x 4 x {}",
-                   rounds_run, per_round, values, completed_total, values)},
+       fmt::format("down = rounds x participants x {} = {} x {} x {}; up = completed x {} = {} x "
+                   "{}",
+                   down_text, rounds_run, per_round, down_bytes, up_text, completed_total,
+                   up_bytes)},
       {"completed_clients", completed_total},
       {"failed_clients", failed_total},
       {"rounds_to_accuracy", rounds_to},

@@ -17,6 +17,10 @@
 // Traffic, per round, as a deployment would move it (N trained values, B buffer values, f32):
 //   down  m x 4 (N + B) bytes       the global model to every participant
 //   up    c x 4 (N + B) bytes       each completed participant's model back (c = m - failed)
+// With federated.compression each upload is the client's model delta w_k - w_g through the codec
+// (no error feedback: clients are stateless), c x (encoded_bytes(N) + 4B) up; with
+// federated.compress_download the broadcast is the global model's delta through it too (error
+// feedback at the server by the codec's default), m x (encoded_bytes(N) + 4B) down.
 // summed over the rounds, and the rounds and bytes (down + up) until each of
 // train.accuracy_targets is first reached (summary.json "parallel"). The simulation's own traffic
 // between ranks is measured too (the allreduce of the f64 sums: 8 (N + B + 8) bytes per round).
@@ -29,9 +33,10 @@
 // SIGINT) ends it after the current round on every rank, with summary.json's stopped_by_signal.
 //
 // Keys: [federated] (clients, client_fraction, local_epochs, rounds, partition, fedprox_mu,
-// client_failure), train.batch_size (B, the local batch), train.seed (partition, sampling, local
-// orders, initialisation), train.accuracy_targets, optim.* (the local optimizer, fresh each
-// round; the rate is optim.lr, constant), parallel.workers (ranks), parallel.allreduce.
+// client_failure, compression, compress_download), train.batch_size (B, the local batch),
+// train.seed (partition, sampling, local orders, initialisation), train.accuracy_targets, optim.*
+// (the local optimizer, fresh each round; the rate is optim.lr, constant), parallel.workers
+// (ranks), parallel.allreduce.
 #pragma once
 
 #include <memory>

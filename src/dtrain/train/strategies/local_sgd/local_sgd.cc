@@ -14,11 +14,25 @@
 
 namespace dtrain::train {
 
-namespace {}  // namespace
+namespace {
+
+// Checkpoint tensors of the compressed averages (per rank), beside the optimizer's.
+constexpr std::string_view kResidual = "compression/residual";
+constexpr std::string_view kAverages = "compression/averages";
+
+}  // namespace
 
 LocalSgd::LocalSgd(const StrategyContext& context)
     : Strategy(context), comm_(required_communicator(context, "local SGD")) {
   parallel::broadcast_parameters(comm_, context.model.store());
+  const compress::CodecSpec spec = compress::parse_codec(context.config.local_sgd.compression);
+  if (spec.kind != compress::CodecKind::kNone) {
+    const nn::ParamStore& store = context.model.store();
+    compressed_.emplace(comm_, spec, store.num_params(),
+                        static_cast<std::uint64_t>(context.config.train.seed));
+    last_average_.assign(store.params(), store.params() + store.num_params());
+    delta_.resize(last_average_.size());
+  }
 }
 
 double LocalSgd::average_bytes(std::int64_t parameters, int ranks) {
@@ -89,7 +103,11 @@ double LocalSgd::bytes_sent() const {
 double LocalSgd::average() {
   const auto start = std::chrono::steady_clock::now();
   const double sent_before = bytes_sent();
-  mean_of_replicas();
+  if (compressed_) {
+    compressed_average();
+  } else {
+    mean_of_replicas();
+  }
   local_steps_ = 0;
   ++averages_;
   averaging_bytes_sent_ += bytes_sent() - sent_before;
@@ -112,8 +130,40 @@ void LocalSgd::mean_of_replicas() {
   mean(store.buffers(), store.num_buffer_elements());  // batch-norm running statistics
 }
 
+void LocalSgd::compressed_average() {
+  nn::ParamStore& store = context_.model.store();
+  float* params = store.params();
+  const std::size_t n = delta_.size();
+  for (std::size_t i = 0; i < n; ++i) delta_[i] = params[i] - last_average_[i];
+  compressed_->mean(delta_.data());
+  for (std::size_t i = 0; i < n; ++i) {
+    last_average_[i] += delta_[i];
+    params[i] = last_average_[i];
+  }
+  mean_of_buffers();
+}
+
+void LocalSgd::mean_of_buffers() {
+  nn::ParamStore& store = context_.model.store();
+  if (store.num_buffer_elements() == 0) return;
+  comm::CollectiveOptions options;
+  options.check_header = context_.config.parallel.check_headers;
+  comm_.allreduce(store.buffers(), store.num_buffer_elements(), DType::kF32, comm::ReduceOp::kSum,
+                  options);
+  const auto ranks = static_cast<float>(context_.world);
+  for (std::int64_t i = 0; i < store.num_buffer_elements(); ++i) store.buffers()[i] /= ranks;
+}
+
 std::vector<optim::StateTensor> LocalSgd::checkpoint_state(const optim::Optimizer& optimizer) {
-  return gather_per_rank(comm_, optimizer.state(), /*root_only=*/false);
+  std::vector<optim::StateTensor> mine = optimizer.state();
+  if (compressed_) {
+    // Error feedback's residual and the count the codec's seeds derive from: a resume continues
+    // bitwise. x_avg is the model itself (checkpoints follow an epoch's closing average).
+    std::vector<float> residual = compressed_->residual();
+    if (!residual.empty()) mine.push_back({std::string(kResidual), std::move(residual)});
+    mine.push_back({std::string(kAverages), {static_cast<float>(compressed_->calls())}});
+  }
+  return gather_per_rank(comm_, mine, /*root_only=*/false);
 }
 
 void LocalSgd::restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
@@ -122,18 +172,42 @@ void LocalSgd::restore_state(std::vector<optim::StateTensor> state, std::int64_t
   if (split.writers == 0) {
     // A checkpoint of synchronous training: every replica starts from its (replicated) state.
     Strategy::restore_state(std::move(state), optimizer_steps, optimizer, path);
+    if (compressed_) {
+      const nn::ParamStore& store = context_.model.store();
+      last_average_.assign(store.params(), store.params() + store.num_params());
+    }
     return;
   }
   check_per_rank_writers(split, context_.world, path, "the local SGD optimizer state",
                          "momentum is");
-  Strategy::restore_state(std::move(split.mine), optimizer_steps, optimizer, path);
+  std::vector<optim::StateTensor> optimizer_state;
+  for (optim::StateTensor& tensor : split.mine) {
+    if (tensor.name == kResidual) {
+      if (compressed_ && !compressed_->residual().empty() &&
+          tensor.values.size() == compressed_->residual().size()) {
+        compressed_->set_residual(tensor.values);
+      }
+    } else if (tensor.name == kAverages) {
+      if (compressed_ && !tensor.values.empty()) {
+        compressed_->set_calls(static_cast<std::int64_t>(tensor.values[0]));
+      }
+    } else {
+      optimizer_state.push_back(std::move(tensor));
+    }
+  }
+  Strategy::restore_state(std::move(optimizer_state), optimizer_steps, optimizer, path);
+  if (compressed_) {
+    // The checkpoint's model is the last average.
+    const nn::ParamStore& store = context_.model.store();
+    last_average_.assign(store.params(), store.params() + store.num_params());
+  }
 }
 
 std::vector<std::string> LocalSgd::describe() const {
   const auto& settings = context_.config.local_sgd;
   const std::int64_t n = context_.model.store().num_params();
   const std::string algorithm = comm_.options().allreduce_algorithm;
-  return {fmt::format(
+  std::vector<std::string> lines = {fmt::format(
       "local SGD: {} ranks, parameters averaged every {} local step(s){} by {} allreduce; ring: "
       "2 (P-1)/P x 4N / H = {:.0f} bytes sent per rank and step{}",
       context_.world, settings.period,
@@ -142,6 +216,17 @@ std::vector<std::string> LocalSgd::describe() const {
           : "",
       algorithm, average_bytes(n, context_.world) / static_cast<double>(settings.period),
       algorithm == "ring" ? "" : " (other algorithms move other amounts)")};
+  if (compressed_) {
+    lines.push_back(fmt::format(
+        "averages compressed: each rank sends its model delta since the last average through {} "
+        "by {}, error feedback {}; {} = {:.0f} bytes sent per rank and average ({:.1f}x fewer "
+        "than f32)",
+        compressed_->spec().text(), compress::exchange_name(compressed_->codec().exchange()),
+        compressed_->spec().error_feedback ? "on" : "off", compressed_->formula(),
+        compressed_->predicted_bytes(),
+        average_bytes(n, context_.world) / std::max(compressed_->predicted_bytes(), 1.0)));
+  }
+  return lines;
 }
 
 nlohmann::json LocalSgd::summary(const RunTotalsView& totals) {
@@ -154,8 +239,18 @@ nlohmann::json LocalSgd::summary(const RunTotalsView& totals) {
   comm_.allreduce(&averaging, 1, DType::kF64, comm::ReduceOp::kSum);
   const double p = static_cast<double>(context_.world);
   const double steps = static_cast<double>(std::max<std::int64_t>(totals.steps, 1));
-  const double per_average = average_bytes(context_.model.store().num_params(), context_.world);
+  const nn::ParamStore& store = context_.model.store();
+  // Per average: the codec's declared payload for the parameters (ring formula), the buffers in
+  // f32.
+  const double per_average = compressed_
+                                 ? compressed_->predicted_bytes() +
+                                       average_bytes(store.num_buffer_elements(), context_.world)
+                                 : average_bytes(store.num_params(), context_.world);
+  const std::string formula = compressed_ ? compressed_->formula() + " + 2 (P-1)/P x 4B per average"
+                                          : std::string("2 (P-1)/P x 4N per average");
   return {{"strategy", name()},
+          {"compression", compressed_ ? compressed_->spec().text() : std::string("none")},
+          {"error_feedback", compressed_ && compressed_->spec().error_feedback},
           {"ranks", context_.world},
           {"transport", std::string(comm_.transport().name())},
           {"period", settings.period},
@@ -166,7 +261,7 @@ nlohmann::json LocalSgd::summary(const RunTotalsView& totals) {
           {"bytes_sent_per_rank_and_step", sent / steps / p},
           // The averages alone, measured, beside their formula.
           {"averaging_bytes_sent_per_rank_and_step", averaging / steps / p},
-          {"averaging_bytes_formula", "2 (P-1)/P x 4N per average"},
+          {"averaging_bytes_formula", formula},
           {"averaging_bytes_sent_per_rank_and_step_predicted",
            per_average * static_cast<double>(averages_) / steps},
           {"per_rank", ranks}};

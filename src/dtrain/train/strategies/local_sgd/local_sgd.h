@@ -25,14 +25,28 @@
 // every step. The averages use parallel.allreduce; the formula printed beside the measurement is
 // the ring's (other algorithms move other amounts).
 //
+// local_sgd.compression (docs/COMPRESSION.md, "Where each strategy uses the codecs"): a codec of
+// compress/ for what each rank sends to an average. What it encodes is the model delta since the
+// last average, d_r = x_r - x_avg (a cast of x_r itself would lose its low bits, and a sparsifier
+// of x_r would zero most of the model), with error feedback per rank where the codec's default
+// has it (top-k, random-k, sign): the part of d_r a codec left out is added to the next average's
+// delta. The ranks exchange the payloads as data parallelism's compressed reducer does (allreduce
+// of a summable payload, allgather of a gather codec's: strategies/compressed_mean.h), and every
+// rank sets x_avg += mean_r decode(d_r), x_r = x_avg: the same bits everywhere. Batch-norm
+// statistics are still averaged exactly (f32). Bytes per average: ring 2 (P-1)/P x
+// encoded_bytes(N) for a summable codec, (P-1) x encoded_bytes(N) for a gather codec. Evaluation's
+// mid-epoch average stays exact (f32): it measures the replicas, it does not change them.
+//
 // Checkpoints keep each rank's own optimizer state (momentum is local), allgathered (every rank
 // holds the P states while a checkpoint is written; rank 0 writes them) and stored per rank
 // ("rank3/momentum"); a resume needs the same number of ranks, and every rank refuses another.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "dtrain/train/strategies/compressed_mean.h"
 #include "dtrain/train/strategy.h"
 
 namespace dtrain::train {
@@ -62,6 +76,11 @@ class LocalSgd final : public Strategy {
   double average();
   // The averaging itself: allreduce (sum) of the parameters, then of the buffers, then / P.
   void mean_of_replicas();
+  // local_sgd.compression: x_avg += mean_r decode(encode(x_r - x_avg)), x_r = x_avg; the buffers
+  // exactly.
+  void compressed_average();
+  // The buffers' mean (allreduce sum / P), in place.
+  void mean_of_buffers();
 
   // Bytes this rank has sent over comm_, all collectives together.
   double bytes_sent() const;
@@ -74,6 +93,10 @@ class LocalSgd final : public Strategy {
   std::vector<float> saved_params_;
   std::vector<float> saved_buffers_;
   bool restore_after_evaluation_ = false;
+  // local_sgd.compression other than none: the exchange, the last average x_avg and the delta.
+  std::optional<CompressedMean> compressed_;
+  std::vector<float> last_average_;
+  std::vector<float> delta_;
 };
 
 }  // namespace dtrain::train

@@ -20,10 +20,25 @@
 // so the GPT follows one worker to rounding (1e-6), not bitwise.
 //
 // Batch norm: each micro-batch is normalized with its own statistics, as GPipe does and as the
-// unsplit model does with accumulation; the running statistics are updated once per micro-batch
-// in micro-batch order on the stage that holds the layer (momentum applied m times per step), which
-// is exactly what one worker with train.accumulate_steps = m does, so the evaluated model equals
-// that one's (not torchgpipe's deferred batch norm, which updates once per mini-batch).
+// unsplit model does with accumulation. By default the running statistics are updated once per
+// micro-batch in micro-batch order on the stage that holds the layer (momentum applied m times per
+// step), which is exactly what one worker with train.accumulate_steps = m does, so the evaluated
+// model equals that one's. pipeline.deferred_batch_norm = true is torchgpipe's deferred batch norm
+// (parallel/pipeline/deferred_batch_norm.h): one update per step from the statistics of all m
+// micro-batches; the parameters stay the accumulation run's (docs/PIPELINE.md, "Batch norm").
+//
+// PipeDream (pipeline.schedule = "pipedream"): asynchronous 1F1B with weight stashing, no flush.
+// Stage s keeps p - 1 - s micro-batches in flight across steps and updates its weights after every
+// micro-batch's backward (the micro-batch's mean gradient, the step's learning rate: m updates per
+// step). Micro-batch n (counted from the run's start) is forwarded and backwarded on stage s with
+// the stage's weights after max(D, n - (p - 1 - s)) updates, D the micro-batches before the last
+// drain; the forward stashes them, the backward swaps them in. Every stage drains (its pending
+// backwards and updates) at each epoch's end, before evaluations and before checkpoints, so a
+// checkpoint holds a consistent model and a resume continues bitwise. A tied parameter read again
+// by the last stage (the GPT's head): the last stage sends its gradient part per micro-batch to
+// the owner, which adds it before that micro-batch's update, and reads the owner's value as of the
+// owner's previous step call (version max(D, t m - (p - 1)) in step t). Refused: a parameter
+// borrowed by another stage, and the hybrid grid (config validation).
 //
 // Evaluation and checkpoints. Every rank builds the whole model (same seed), but trains only its
 // stage. Before an evaluation or a checkpoint each stage broadcasts its slice of the parameters
@@ -38,11 +53,13 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "dtrain/nn/model.h"
+#include "dtrain/parallel/pipeline/deferred_batch_norm.h"
 #include "dtrain/parallel/pipeline/executor.h"
 #include "dtrain/parallel/pipeline/schedule.h"
 #include "dtrain/train/strategy.h"
@@ -67,6 +84,8 @@ class Pipeline final : public Strategy {
   // Rank 0 reports the step's loss and correct count (the last stage sends them); the other
   // ranks report 0, so the Trainer's sums over ranks count each sample once.
   StepResult step(const StepInput& input, optim::Optimizer& optimizer) override;
+  // PipeDream: drains (every stage's pending backwards and updates) at each epoch's end.
+  double end_epoch() override;
   void before_evaluation() override;
   std::vector<optim::StateTensor> checkpoint_state(const optim::Optimizer& optimizer) override;
   bool reshards_checkpoints() const override { return true; }
@@ -87,6 +106,17 @@ class Pipeline final : public Strategy {
   };
   // Every rank receives every other stage's parameters and buffers (collective).
   void gather_whole_model();
+  // PipeDream: runs every stage's backwards still in flight with their updates (collective); a
+  // no-op for the flush schedules.
+  void drain();
+  // PipeDream with a tied parameter: the per-micro-batch gradient parts (StageWork hooks), the
+  // owner's values after each call, the borrower's receive of them.
+  void tie_hooks();
+  void sync_ties_after_call(bool drained);
+  void receive_tied_values();
+  // Activation slots this stage uses: the list's peak, or PipeDream's p - stage.
+  int peak_slots() const;
+  void trace_action(const parallel::pipeline::ActionSpan& span, std::int64_t step);
 
   comm::Communicator& comm_;
   int stage_;
@@ -100,6 +130,20 @@ class Pipeline final : public Strategy {
   std::vector<parallel::pipeline::Action> actions_;
   parallel::pipeline::StageExecutor executor_;
   std::unique_ptr<StageWork> work_;
+  std::unique_ptr<parallel::pipeline::DeferredBatchNorm> deferred_bn_;  // deferred_batch_norm
+  // PipeDream: the slots (p - stage), the micro-batches in flight, the drains so far.
+  std::size_t pipedream_slots_ = 0;
+  int carried_ = 0;
+  std::int64_t drains_ = 0;
+  std::int64_t pipedream_base_ = 0;  // micro-batches started by earlier steps
+  struct TiedSend {
+    std::vector<float> values;
+    comm::PendingMessage message;
+    std::int64_t number = 0;  // the micro-batch (gradient parts)
+  };
+  std::deque<TiedSend> tied_grad_sends_;   // the borrower's, until the owner surely took them
+  std::deque<TiedSend> tied_value_sends_;  // the owner's
+  int tied_values_pending_ = 0;            // value messages the borrower has not taken yet
   std::vector<float> tie_buffer_;
   bool whole_model_current_ = true;  // false from a step until gather_whole_model()
   // Measured, from the second step on (the first touches every buffer for the first time).

@@ -136,10 +136,22 @@ if command -v mpirun > /dev/null; then
 fi
 
 # Elastic: 3 thread ranks, rank 2 fails after step 40 (parallel.inject_fault): the supervisor
-# continues on 2 (--min-workers 2, the checkpoint resharded), then grows back to 3 after 1 s.
+# continues on 2 (--min-workers 2, the checkpoint resharded), then grows back to 3 once --grow-when
+# says a worker is available: it says no (the file is missing) until the first "not growing" line,
+# then yes; DTRAIN_GROW_TO holds the count after the grow.
 "$DTRAIN" train "${RUN[@]}" --workers 3 --out "$TMP/elastic" --max-restarts 2 --restart-backoff 0.1 \
-  --min-workers 2 --grow-after 1 --set 'parallel.inject_fault="rank=2,step=40"' 2> "$TMP/elastic.err" ||
-  { cat "$TMP/elastic.err" >&2; fail "the elastic run failed"; }
+  --min-workers 2 --grow-after 0.3 --set 'parallel.inject_fault="rank=2,step=40"' \
+  --grow-when "test \"\$DTRAIN_GROW_TO\" = 3 && test -e $TMP/worker-available" 2> "$TMP/elastic.err" &
+elastic_pid=$!
+for _ in $(seq 600); do
+  if grep -q "not growing to 3 workers yet" "$TMP/elastic.err" 2> /dev/null; then
+    touch "$TMP/worker-available"
+    break
+  fi
+  sleep 0.05
+done
+wait "$elastic_pid" || { cat "$TMP/elastic.err" >&2; fail "the elastic run failed"; }
+[[ -e "$TMP/worker-available" ]] || { cat "$TMP/elastic.err" >&2; fail "elastic: --grow-when was never asked"; }
 python3 - "$TMP/elastic" <<'PY' || { cat "$TMP/elastic.err" >&2; fail "elastic: shrink then grow expected"; }
 import json, sys
 log = [json.loads(l) for l in open(sys.argv[1] + "/restarts.jsonl")]
@@ -150,7 +162,7 @@ assert log[1]["command"][-3:] == ["--workers", "3", "--quiet"], log[1]["command"
 s = json.load(open(sys.argv[1] + "/summary.json"))
 assert s["steps"] == 705 and s["final_test_accuracy"] > 0.8, s
 PY
-echo "ok: elastic: 3 ranks, one fails, the run goes on with 2 and grows back to 3"
+echo "ok: elastic: 3 ranks, one fails, the run goes on with 2 and grows back to 3 when --grow-when says so"
 
 # SIGTERM: a checkpoint after the current step, exit 143; --resume finishes the run bitwise.
 "$DTRAIN" train "${RUN[@]}" --workers 2 --out "$TMP/term" 2> "$TMP/term.err" &
@@ -207,3 +219,8 @@ set -e
 [[ $rc -eq 2 ]] || { cat "$TMP/bad.err" >&2; fail "bad input under the supervisor: exit $rc"; }
 [[ ! -f "$TMP/bad/restarts.jsonl" ]] || fail "bad input was restarted"
 echo "ok: bad input under the supervisor exits 2 without restarts"
+
+# --grow-when belongs to elastic membership: without --min-workers / --max-workers, one line.
+expect_error "give --min-workers / --max-workers with it" train "${RUN[@]}" --out "$TMP/grow-when" \
+  --max-restarts 1 --grow-when true
+echo "ok: --grow-when without elastic membership is refused in one line"

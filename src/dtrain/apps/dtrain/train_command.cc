@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -11,9 +12,11 @@
 #include "cli_checks.h"
 #include "commands.h"
 #include "dtrain/base/error.h"
+#include "dtrain/base/log.h"
 #include "dtrain/base/stop_request.h"
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/train/config.h"
+#include "dtrain/train/grow_probe.h"
 #include "dtrain/train/launch.h"
 #include "dtrain/train/strategy_registry.h"
 #include "dtrain/train/supervisor.h"
@@ -70,13 +73,14 @@ struct TrainFlags {
   std::int64_t min_workers = 0;
   std::int64_t max_workers = 0;
   double grow_after = 30.0;
+  std::string grow_when;
   bool warm_standby = false;
 };
 
 // The options only the supervisor reads, dropped from the child's command line.
-constexpr const char* kSupervisorOptions[] = {"--max-restarts", "--restart-backoff",
-                                              "--mpirun",       "--min-workers",
-                                              "--max-workers",  "--grow-after"};
+constexpr const char* kSupervisorOptions[] = {"--max-restarts", "--restart-backoff", "--mpirun",
+                                              "--min-workers",  "--max-workers",     "--grow-after",
+                                              "--grow-when"};
 
 // The flags (no value) only the supervisor reads.
 constexpr const char* kSupervisorFlags[] = {"--warm-standby"};
@@ -212,8 +216,53 @@ int supervise_training(const TrainFlags& flags, const std::string& run_dir,
     if (quiet) command.push_back("--quiet");
     return command;
   };
+  if (!flags.grow_when.empty() && !elastic) {
+    throw ConfigError(
+        "--grow-when asks whether a worker is available before an elastic job grows back: give "
+        "--min-workers / --max-workers with it");
+  }
   if (elastic) {
-    options.can_grow = [=] { return *workers < max_workers; };
+    // Who is asked before a grow (train/grow_probe.h): the user's command, or mpirun itself.
+    std::vector<std::string> probe;
+    if (!flags.grow_when.empty()) {
+      probe = {"/bin/sh", "-c", flags.grow_when};
+    } else if (!launcher.empty()) {
+      probe = launcher;
+      probe.push_back("true");
+    }
+    const std::string probe_log = (fs::path(run_dir) / "grow_probe.log").string();
+    auto last_asked = std::make_shared<std::optional<std::chrono::steady_clock::time_point>>();
+    const double every = flags.grow_after;
+    // The last "no" said, so that a repeated answer is logged once, not every --grow-after.
+    auto last_no = std::make_shared<std::string>();
+    options.can_grow = [=] {
+      if (*workers >= max_workers) return false;
+      if (probe.empty()) return true;  // one machine, no one to ask: --grow-after alone
+      const auto now = std::chrono::steady_clock::now();
+      if (last_asked->has_value() &&
+          std::chrono::duration<double>(now - **last_asked).count() < std::max(every, 0.1)) {
+        return false;
+      }
+      *last_asked = now;
+      std::vector<std::string> command = probe;
+      if (flags.grow_when.empty() && np_at >= 0) {
+        command[static_cast<std::size_t>(np_at)] = std::to_string(*workers + 1);
+      }
+      const train::GrowAnswer answer =
+          train::ask_grow_probe(command, *workers + 1, probe_log, std::chrono::seconds(10));
+      if (answer.available) {
+        last_no->clear();
+      } else if (answer.why != *last_no) {
+        *last_no = answer.why;
+        log::info(
+            "supervisor: not growing to {} workers yet: `{}` said no ({}; its output in {}); "
+            "asking again every {:.3g} s",
+            *workers + 1,
+            flags.grow_when.empty() ? fmt::format("{}", fmt::join(command, " ")) : flags.grow_when,
+            answer.why, probe_log, every);
+      }
+      return answer.available;
+    };
     options.grow_after_seconds = flags.grow_after;
   }
   options.child_is_launcher = !launcher.empty();
@@ -309,6 +358,7 @@ Exit codes: 0 success, 1 bad command line, 2 bad input (config, data, checkpoint
 
 // --compression sets the strategy's own key: parameter_server.compression under parallel.strategy
 // = "parameter_server" (from --strategy, or else the config file with its --set overrides),
+// local_sgd.compression, decentralized.compression, federated.compression likewise,
 // data_parallel.compression otherwise.
 std::string compression_key(const TrainFlags& flags) {
   std::string strategy = flags.strategy;
@@ -326,8 +376,13 @@ std::string compression_key(const TrainFlags& flags) {
       strategy = file_only.parallel.strategy;
     }
   }
-  return strategy == "parameter_server" || strategy == "ps" ? "parameter_server.compression"
-                                                            : "data_parallel.compression";
+  if (strategy == "parameter_server" || strategy == "ps") return "parameter_server.compression";
+  // Local SGD's averages, decentralized SGD's gossip and FedAvg's uploads (docs/COMPRESSION.md).
+  if (strategy == "local_sgd" || strategy == "decentralized" || strategy == "federated") {
+    return strategy + ".compression";
+  }
+  // The other strategies do not compress: the config refuses the key, naming those that do.
+  return "data_parallel.compression";
 }
 
 int run_train(const TrainFlags& flags) {
@@ -575,7 +630,9 @@ Command add_train_command(CLI::App& app) {
                   "data_parallel: compress each gradient bucket (data_parallel.compression): "
                   "none, fp16, bf16, sign, qsgd:BITS, topk:RATIO|K, randomk:RATIO|K, "
                   "powersgd:RANK (docs/COMPRESSION.md); parameter_server: compress each "
-                  "worker's push (parameter_server.compression; all but powersgd, docs/PS.md)")
+                  "worker's push (parameter_server.compression; all but powersgd, docs/PS.md); "
+                  "local_sgd: each average's model delta; decentralized: CHOCO-SGD's gossip; "
+                  "federated: each client's upload (all but powersgd); other strategies refuse it")
       ->type_name("CODEC");
   sub->add_option("--aggregator", flags->aggregator,
                   "data_parallel: combine the ranks' gradients robustly "
@@ -625,7 +682,7 @@ Command add_train_command(CLI::App& app) {
                   "--strategy pipeline: micro-batches per step (pipeline.micro_batches)")
       ->check(at_least(1));
   sub->add_option("--schedule", flags->schedule,
-                  "--strategy pipeline: gpipe or 1f1b (pipeline.schedule)");
+                  "--strategy pipeline: gpipe, 1f1b or pipedream (pipeline.schedule)");
   sub->add_option("--tp", flags->tp,
                   "tensor parallelism over P ranks: --strategy tensor_parallel --workers P "
                   "(gpt, mlp; docs/TENSOR_PARALLEL.md); with --dp or --pp the grid's tensor "
@@ -688,8 +745,15 @@ Command add_train_command(CLI::App& app) {
       ->check(at_least(1));
   sub->add_option("--grow-after", flags->grow_after,
                   "--max-restarts, elastic: seconds on fewer than --max-workers before the run "
-                  "is stopped at a checkpoint and restarted on one more worker (default 30)")
+                  "is stopped at a checkpoint and restarted on one more worker (default 30); with "
+                  "--grow-when or --mpirun, how often to ask whether one is available")
       ->check(CLI::Range(0.0, 1e6));
+  sub->add_option("--grow-when", flags->grow_when,
+                  "--max-restarts, elastic: a shell command that says whether one more worker is "
+                  "available (exit 0: yes; DTRAIN_GROW_TO holds the count after the grow; its "
+                  "output in <run>/grow_probe.log), asked every --grow-after seconds before the "
+                  "job grows back. Default with --mpirun: `mpirun <its options, -np N+1> true`; "
+                  "otherwise the job grows after --grow-after seconds");
   resume->excludes(config)->excludes(out);
   sub->callback([flags, config, resume] {
     if (config->count() == 0 && resume->count() == 0) {

@@ -5,6 +5,8 @@
 # processes of one host talk over loopback TCP too, as the btl list says). Needs root.
 #   scripts/two_hosts.sh RATE N -- ARGS...      e.g. scripts/two_hosts.sh 1gbit 4 -- \
 #       --config examples/fashion_mlp.toml --epochs 1 --strategy decentralized
+# COMMAND=sweep (default train) runs another subcommand the same way, e.g. `COMMAND=sweep
+# scripts/two_hosts.sh 1gbit 1 -- --config ... --workers 1 --compression none,fp16,topk:0.01`.
 # Ranks 0..N-1 run on nodeA and N..2N-1 on nodeB (--map-by slot fills a host first). The
 # namespaces are removed at the end. PEERS (default ../shared/peers) locates the peers' scripts.
 set -euo pipefail
@@ -27,4 +29,4 @@ ARGS=$(printf '%q ' "$@")
 ip netns exec dtA unshare --uts sh -c "hostname nodeA; cd $ROOT; mpirun --allow-run-as-root \
   --oversubscribe -np $((2 * N)) --hostfile $WORK/hosts --map-by slot --bind-to none \
   --mca plm_rsh_agent $WORK/agent --mca btl tcp,self --mca btl_tcp_if_include 10.201.0.0/24 \
-  --mca oob_tcp_if_include 10.201.0.0/24 -x PATH $DTRAIN train $ARGS"
+  --mca oob_tcp_if_include 10.201.0.0/24 -x PATH $DTRAIN ${COMMAND:-train} $ARGS"

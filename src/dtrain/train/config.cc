@@ -1348,13 +1348,13 @@ void validate_impl(const Config& config, const Provenance& provenance,
   // Each strategy that compresses reads its own key; a codec named where the strategy does not
   // read it is an error, never silently ignored (the --compression flag sets
   // data_parallel.compression for the strategies without a key of their own).
-  const std::pair<const char*, const std::string*> compression_keys[] = {
-      {"data_parallel", &dp.compression},
-      {"parameter_server", &ps.compression},
-      {"local_sgd", &config.local_sgd.compression},
-      {"decentralized", &config.decentralized.compression},
-      {"federated", &config.federated.compression}};
-  for (const auto& [owner, value] : compression_keys) {
+  const std::string* const compression_values[] = {
+      &dp.compression, &ps.compression, &config.local_sgd.compression,
+      &config.decentralized.compression, &config.federated.compression};
+  static_assert(std::size(compression_values) == std::size(kCompressingStrategies));
+  for (std::size_t i = 0; i < std::size(kCompressingStrategies); ++i) {
+    const std::string_view owner = kCompressingStrategies[i];
+    const std::string* const value = compression_values[i];
     const std::string name = std::string(owner) + ".compression";
     if (*value != "none" && strategy != owner) {
       throw ConfigError(fmt::format(
@@ -1363,8 +1363,7 @@ void validate_impl(const Config& config, const Provenance& provenance,
           "and federated (each its own key, docs/COMPRESSION.md)",
           key(name), *value, where(name), strategy));
     }
-    if (strategy != owner || std::string_view(owner) == "data_parallel" ||
-        std::string_view(owner) == "parameter_server") {
+    if (strategy != owner || owner == "data_parallel" || owner == "parameter_server") {
       continue;
     }
     try {
@@ -1379,6 +1378,13 @@ void validate_impl(const Config& config, const Provenance& provenance,
       throw ConfigError(fmt::format("config key '{}' = \"{}\" ({}): {}", key(name), *value,
                                     where(name), e.what()));
     }
+  }
+  if (config.federated.compress_download && config.federated.compression == "none") {
+    throw ConfigError(fmt::format(
+        "config key '{}' = true ({}) casts the server's broadcast with the uploads' codec, but "
+        "'federated.compression' = \"none\"; name a codec (--compression fp16) or set "
+        "compress_download = false",
+        key("federated.compress_download"), where("federated.compress_download")));
   }
   const DecentralizedSection& dc = config.decentralized;
   if (strategy == "decentralized" && (dc.compression != "none" || dc.consensus_step > 0.0) &&
@@ -1512,6 +1518,14 @@ void apply_override(Config& config, std::string_view assignment, std::string_vie
 }
 
 // Where the keys came from is not known here (a sweep point, a config built in code).
+std::string compression_key_for(std::string_view strategy) {
+  if (strategy == "ps") strategy = "parameter_server";
+  for (const std::string_view owner : kCompressingStrategies) {
+    if (strategy == owner) return std::string(owner) + ".compression";
+  }
+  return "data_parallel.compression";
+}
+
 void validate(const Config& config) { validate_impl(config, Provenance{}, "the configuration"); }
 
 std::vector<std::string> ignored_settings(const Config& config) {

@@ -316,6 +316,15 @@ void apply_override(Config& config, std::string_view assignment, std::string_vie
 // Range and cross-key checks; ConfigError naming the key, the value and the accepted range.
 void validate(const Config& config);
 
+// The strategies that compress, each reading its own "<strategy>.compression" key
+// (docs/COMPRESSION.md).
+inline constexpr std::string_view kCompressingStrategies[] = {
+    "data_parallel", "parameter_server", "local_sgd", "decentralized", "federated"};
+// The key --compression sets for `strategy`: its own where it compresses ("ps" is
+// parameter_server's old name), else data_parallel.compression, which validate() then refuses
+// for a strategy that does not compress, naming the ones that do.
+std::string compression_key_for(std::string_view strategy);
+
 // Keys set away from their defaults that the chosen strategy does not read, e.g.
 // parameter_server.consistency = "ssp" with parallel.strategy = "data_parallel", and the notes of
 // old key names (Config::notes): one sentence each, for a

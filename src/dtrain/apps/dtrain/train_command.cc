@@ -376,13 +376,7 @@ std::string compression_key(const TrainFlags& flags) {
       strategy = file_only.parallel.strategy;
     }
   }
-  if (strategy == "parameter_server" || strategy == "ps") return "parameter_server.compression";
-  // Local SGD's averages, decentralized SGD's gossip and FedAvg's uploads (docs/COMPRESSION.md).
-  if (strategy == "local_sgd" || strategy == "decentralized" || strategy == "federated") {
-    return strategy + ".compression";
-  }
-  // The other strategies do not compress: the config refuses the key, naming those that do.
-  return "data_parallel.compression";
+  return train::compression_key_for(strategy);
 }
 
 int run_train(const TrainFlags& flags) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <string_view>
 #include <utility>
 
@@ -161,7 +162,11 @@ std::vector<optim::StateTensor> LocalSgd::checkpoint_state(const optim::Optimize
     // bitwise. x_avg is the model itself (checkpoints follow an epoch's closing average).
     std::vector<float> residual = compressed_->residual();
     if (!residual.empty()) mine.push_back({std::string(kResidual), std::move(residual)});
-    mine.push_back({std::string(kAverages), {static_cast<float>(compressed_->calls())}});
+    // The count as the raw bits of an int64 in two floats: exact past 2^24 averages.
+    std::vector<float> count(2);
+    const std::int64_t calls = compressed_->calls();
+    std::memcpy(count.data(), &calls, sizeof calls);
+    mine.push_back({std::string(kAverages), std::move(count)});
   }
   return gather_per_rank(comm_, mine, /*root_only=*/false);
 }
@@ -188,8 +193,10 @@ void LocalSgd::restore_state(std::vector<optim::StateTensor> state, std::int64_t
         compressed_->set_residual(tensor.values);
       }
     } else if (tensor.name == kAverages) {
-      if (compressed_ && !tensor.values.empty()) {
-        compressed_->set_calls(static_cast<std::int64_t>(tensor.values[0]));
+      if (compressed_ && tensor.values.size() == 2) {
+        std::int64_t calls = 0;
+        std::memcpy(&calls, tensor.values.data(), sizeof calls);
+        compressed_->set_calls(calls);
       }
     } else {
       optimizer_state.push_back(std::move(tensor));

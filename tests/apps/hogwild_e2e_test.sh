@@ -33,15 +33,17 @@ echo "ok: a malformed libsvm file is named with its line"
 
 # A layer list (model.name = "layers": LeNet-5's, examples/models/lenet5.toml) trains under dense
 # Hogwild!; one with batch norm (the ResNet's list) is refused in one line, exit 2.
-"$DTRAIN" train --config examples/models/lenet5.toml --strategy hogwild --workers 2 --epochs 1 \
+"$DTRAIN" train --config examples/models/lenet5.toml --strategy hogwild --workers 2 --epochs 2 \
   --set optim.momentum=0 --set data.dataset='"synthetic"' --set data.synthetic_samples=2000 \
+  --set train.batch_size=32 \
   --set 'data.synthetic_shape=[1,28,28]' --quiet --out "$TMP/layers" || fail "hogwild layer list failed"
 python3 - "$TMP/layers" <<'PY' || fail "hogwild layer-list summary"
 import json, sys
 s = json.load(open(sys.argv[1] + "/summary.json"))
 assert s["model"] == "layers" and s["parallel"]["updates_per_second"] > 0, s
-# 10 classes: chance is 0.1 (one epoch of 2,000 samples ends near 0.4-0.5, racing threads).
-assert s["final_test_accuracy"] > 0.2, s["final_test_accuracy"]
+# 10 classes, chance 0.1: 2 epochs of 63 steps end at 1.0 (6 of 6 runs at once, 2 cores); one
+# epoch of 16 steps ended anywhere from 0.19 to 0.88, by the threads' races.
+assert s["final_test_accuracy"] > 0.5, s["final_test_accuracy"]
 PY
 set +e
 "$DTRAIN" train --config examples/models/resnet.toml --strategy hogwild --workers 2 \

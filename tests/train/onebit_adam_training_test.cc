@@ -5,10 +5,15 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "dtrain/base/error.h"
+#include "dtrain/parallel/onebit_allreduce.h"
 #include "dtrain/train/config.h"
 #include "parallel_training_fixture.h"
 
@@ -47,10 +52,27 @@ TEST_F(OneBitAdamTrainingTest, ResumeOnAsManyRanksEqualsTheUninterruptedRun) {
     first.train.epochs = 1;
     allreduce_training(first, 3, run);
     EXPECT_EQ(allreduce_training(config, 3, run, /*resume=*/true), uninterrupted);
+
     // And the frozen phase is not Adam: the same 2 epochs with plain Adam end elsewhere.
     Config plain = adam("adam", freeze);
     plain.train.epochs = 2;
-    EXPECT_NE(uninterrupted, allreduce_training(plain, 3));
+    const std::string plain_run = dir("adam");
+    EXPECT_NE(uninterrupted, allreduce_training(plain, 3, plain_run));
+    // The resumed run's predicted bytes per step count its own steps before the freeze (none when
+    // it froze before the resume at step 10): W' f32 allreduces (Adam's figure) and 10 - W' 1-bit
+    // exchanges, over its 10 steps.
+    const auto summary = [](const std::string& folder) {
+      std::ifstream in(std::filesystem::path(folder) / "summary.json");
+      return nlohmann::json::parse(in);
+    };
+    const nlohmann::json resumed = summary(run);
+    const double allreduce =
+        summary(plain_run)["parallel"]["predicted_bytes_sent_per_rank_and_step"];
+    const auto onebit = static_cast<double>(
+        parallel::OneBitAllreduce::bytes_sent(resumed["parameters"].get<std::int64_t>(), 3));
+    const double warm = std::clamp(static_cast<double>(freeze) - 10.0, 0.0, 10.0);
+    const double predicted = resumed["parallel"]["predicted_bytes_sent_per_rank_and_step"];
+    EXPECT_DOUBLE_EQ(predicted, (warm * allreduce + (10.0 - warm) * onebit) / 10.0);
   }
 }
 

@@ -43,6 +43,8 @@ class OneBitAdamReducer final : public GradientReducer {
 
   // A resumed run: `steps` optimizer steps were taken.
   void set_steps(std::int64_t steps);
+  // Updates so far, the resumed ones included.
+  std::int64_t steps() const { return steps_; }
   // When the last update's compressed momentum exchange ran (start == end: none, a warm-up step),
   // so that the step reports it as communication, not as the optimizer's compute.
   std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>

@@ -448,14 +448,17 @@ nlohmann::json DataParallel::summary(const RunTotalsView& totals) {
   } else if (sharded()) {
     predicted.second = "(P-1)/P x 4 N reduce-scatter + (P-1)/P x 4 N parameter allgather";
   } else if (onebit_ != nullptr && totals.steps > 0) {
-    // W warm-up steps of the f32 allreduce, the others 1-bit (onebit_allreduce.h).
+    // W warm-up steps of the f32 allreduce, the others 1-bit (onebit_allreduce.h); of this
+    // run's steps (after a resume: since it), those before step W.
     const auto steps = static_cast<double>(totals.steps);
-    const double warm = std::min(steps, static_cast<double>(context_.config.optim.freeze_step));
+    const auto first = static_cast<double>(onebit_->steps() - totals.steps);
+    const double warm =
+        std::clamp(static_cast<double>(context_.config.optim.freeze_step) - first, 0.0, steps);
     const auto frozen = static_cast<double>(
         parallel::OneBitAllreduce::bytes_sent(context_.model.store().num_params(), context_.world));
     predicted = {(warm * predicted.first + (steps - warm) * frozen) / steps,
-                 "(W x 2 (P-1)/P x 4 N + (steps - W) x 2 (P-1) (4 + c/8)) / steps, c = ceil(N/P) "
-                 "rounded up to 8 (1-bit Adam)"};
+                 "(W' x 2 (P-1)/P x 4 N + (steps - W') x 2 (P-1) (4 + c/8)) / steps, W' the "
+                 "run's steps before step W, c = ceil(N/P) rounded up to 8 (1-bit Adam)"};
   }
   return {{"strategy", name()},
           {"ranks", context_.world},

@@ -20,6 +20,7 @@
 #include "dtrain/nn/max_pool2d.h"
 #include "dtrain/nn/model_partition.h"
 #include "dtrain/nn/model_zoo.h"
+#include "model_inputs.h"
 
 namespace dtrain::nn {
 namespace {
@@ -96,34 +97,12 @@ std::unique_ptr<Model> make(const std::string& name) {
   return build_model(spec_for(name));
 }
 
-// A micro-batch of `batch` samples: token ids for gpt, normal values otherwise.
-Tensor input_for(const Model& model, const std::string& name, std::int64_t batch,
-                 std::uint64_t stream) {
-  Shape shape{batch};
-  shape.insert(shape.end(), model.sample_shape().begin(), model.sample_shape().end());
-  Tensor x = Tensor::zeros(shape);
-  Rng rng(99, stream);
-  for (std::int64_t i = 0; i < x.numel(); ++i) {
-    x.data()[i] = name == "gpt" ? static_cast<float>(rng.next_u32() % 11) : rng.normal();
-  }
-  return x;
-}
-
-Tensor random_like(const Shape& shape, std::uint64_t stream) {
-  Tensor t = Tensor::zeros(shape);
-  Rng rng(7, stream);
-  for (std::int64_t i = 0; i < t.numel(); ++i) t.data()[i] = rng.normal();
-  return t;
-}
+using testing::grads_of;
 
 ForwardContext context(std::int64_t step, std::size_t slot) {
   return ForwardContext{Mode::kTrain, 5, step, slot};
 }
 
-std::vector<float> grads_of(const Model& model) {
-  const ParamStore& store = model.store();
-  return {store.grads(), store.grads() + store.num_params()};
-}
 std::vector<float> buffers_of(const Model& model) {
   const ParamStore& store = model.store();
   return {store.buffers(), store.buffers() + store.num_buffer_elements()};
@@ -135,10 +114,10 @@ TEST_P(SlotsTest, TwoSlotsEqualOneAfterTheOtherInEitherBackwardOrder) {
   const std::string name = GetParam();
   auto reference = make(name);
   reference->init(3);
-  const Tensor x0 = input_for(*reference, name, 3, 1);
-  const Tensor x1 = input_for(*reference, name, 2, 2);
-  const Tensor dy0 = random_like(reference->output_shape(3), 3);
-  const Tensor dy1 = random_like(reference->output_shape(2), 4);
+  const Tensor x0 = testing::model_input(*reference, name, 3, 1);
+  const Tensor x1 = testing::model_input(*reference, name, 2, 2);
+  const Tensor dy0 = testing::random_normal(reference->output_shape(3), 3);
+  const Tensor dy1 = testing::random_normal(reference->output_shape(2), 4);
 
   // One after the other, slot 0 only: forward 0, backward 0, forward 1, backward 1.
   reference->store().zero_grads();
@@ -198,8 +177,8 @@ TEST(Slots, StagesInSlotsEqualTheWholeModel) {
   auto staged = make("gpt");
   staged->init(1);
   staged->reserve_slots(3);
-  const Tensor x = input_for(*whole, "gpt", 2, 5);
-  const Tensor dy = random_like(whole->output_shape(2), 6);
+  const Tensor x = testing::model_input(*whole, "gpt", 2, 5);
+  const Tensor dy = testing::random_normal(whole->output_shape(2), 6);
   whole->store().zero_grads();
   const Tensor y = whole->forward(x, context(0, 0)).clone();
   whole->backward(dy);
@@ -222,7 +201,7 @@ TEST(Slots, ForwardHookRunsBeforeEachLayerInOrder) {
   auto model = make("mlp");
   model->init(1);
   std::vector<std::size_t> seen;
-  model->forward(input_for(*model, "mlp", 2, 1), context(0, 0),
+  model->forward(testing::model_input(*model, "mlp", 2, 1), context(0, 0),
                  [&](std::size_t layer) { seen.push_back(layer); });
   ASSERT_EQ(seen.size(), model->layers().size());
   for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], i);
@@ -231,7 +210,8 @@ TEST(Slots, ForwardHookRunsBeforeEachLayerInOrder) {
 TEST(Slots, UsingAnUnreservedSlotIsABug) {
   auto model = make("mlp");
   model->init(1);
-  EXPECT_THROW(model->forward(input_for(*model, "mlp", 2, 1), context(0, 1)), InternalError);
+  EXPECT_THROW(model->forward(testing::model_input(*model, "mlp", 2, 1), context(0, 1)),
+               InternalError);
 }
 
 TEST(Partition, ByCountGivesTheFirstStagesTheExtraLayers) {
@@ -285,7 +265,7 @@ TEST(Partition, MeasuredCostsLeaveTheModelAsItWas) {
   const std::vector<float> params(model->store().params(),
                                   model->store().params() + model->store().num_params());
   const std::vector<float> buffers = buffers_of(*model);
-  const auto costs = measure_layer_costs(*model, input_for(*model, "resnet", 4, 1), 2);
+  const auto costs = measure_layer_costs(*model, testing::model_input(*model, "resnet", 4, 1), 2);
   ASSERT_EQ(costs.size(), model->layers().size());
   for (double c : costs) EXPECT_GE(c, 0.0);
   EXPECT_EQ(buffers_of(*model), buffers);

@@ -15,6 +15,7 @@
 #include "dtrain/nn/model_gpt_tensor_parallel.h"
 #include "dtrain/nn/model_mlp_tensor_parallel.h"
 #include "dtrain/nn/transformer_block.h"
+#include "model_inputs.h"
 
 namespace dtrain::nn {
 namespace {
@@ -67,28 +68,7 @@ void fill(Model& model) {
   for (std::int64_t i = 0; i < store.num_params(); ++i) store.params()[i] = 0.3f * rng.normal();
 }
 
-Tensor input_for(const Model& model, const std::string& name, std::int64_t batch,
-                 std::uint64_t stream) {
-  Shape shape{batch};
-  shape.insert(shape.end(), model.sample_shape().begin(), model.sample_shape().end());
-  Tensor x = Tensor::zeros(shape);
-  Rng rng(99, stream);
-  for (std::int64_t i = 0; i < x.numel(); ++i) {
-    x.data()[i] = name == "gpt" ? static_cast<float>(rng.next_u32() % 11) : rng.normal();
-  }
-  return x;
-}
-
-Tensor random_like(const Shape& shape, std::uint64_t stream) {
-  Tensor t = Tensor::zeros(shape);
-  Rng rng(7, stream);
-  for (std::int64_t i = 0; i < t.numel(); ++i) t.data()[i] = rng.normal();
-  return t;
-}
-
-std::vector<float> grads_of(const Model& model) {
-  return {model.store().grads(), model.store().grads() + model.store().num_params()};
-}
+using testing::grads_of;
 
 class TensorParallelCloneTest : public ::testing::TestWithParam<std::string> {};
 
@@ -98,10 +78,10 @@ TEST_P(TensorParallelCloneTest, TwoSlotsEqualOneAfterTheOther) {
   TensorParallelModel reference = make(name, group);
   fill(*reference.model);
   Model& ref = *reference.model;
-  const Tensor x0 = input_for(ref, name, 3, 1);
-  const Tensor x1 = input_for(ref, name, 2, 2);
-  const Tensor dy0 = random_like(ref.output_shape(3), 3);
-  const Tensor dy1 = random_like(ref.output_shape(2), 4);
+  const Tensor x0 = testing::model_input(ref, name, 3, 1);
+  const Tensor x1 = testing::model_input(ref, name, 2, 2);
+  const Tensor dy0 = testing::random_normal(ref.output_shape(3), 3);
+  const Tensor dy1 = testing::random_normal(ref.output_shape(2), 4);
   ref.store().zero_grads();
   const Tensor y0 = ref.forward(x0, ForwardContext{Mode::kTrain, 5, 10, 0}).clone();
   ref.backward(dy0);

@@ -55,6 +55,36 @@ class HybridTest : public testing::ParallelTrainingTest {
                  params == reference ? "bitwise" : "not bitwise");
     EXPECT_LT(relative, 1e-5) << what;
   }
+
+  // The grid with Adam, ZeRO-1 on the data axis, 2 epochs and a checkpoint each: a run resumed
+  // from its epoch-1 checkpoint must equal the uninterrupted run bitwise; `regrid` (another grid)
+  // must continue a fresh epoch-1 checkpoint of this grid within 1e-5 of it.
+  void expect_resumes(int dp, int tp, int pp, Config regrid) {
+    Config c = grid(dp, tp, pp);
+    c.optim.name = "adam";
+    c.optim.momentum = 0.0;
+    c.optim.lr = 0.01;
+    c.train.epochs = 2;
+    c.train.checkpoint_every = 1;
+    c.data_parallel.zero_stage = std::string("1");
+    const int ranks = dp * tp * pp;
+    const std::vector<float> uninterrupted = allreduce_training(c, ranks);
+    const std::string run = dir("resumed");
+    Config first = c;
+    first.train.epochs = 1;
+    allreduce_training(first, ranks, run);
+    EXPECT_EQ(allreduce_training(c, ranks, run, /*resume=*/true), uninterrupted);
+    const std::string other = dir("regridded");
+    allreduce_training(first, ranks, other);
+    regrid.optim = c.optim;
+    regrid.train = c.train;
+    regrid.data_parallel = c.data_parallel;
+    const int regrid_ranks =
+        static_cast<int>(regrid.hybrid.dp * regrid.hybrid.tp * regrid.hybrid.pp);
+    EXPECT_LT(relative_difference(allreduce_training(regrid, regrid_ranks, other, /*resume=*/true),
+                                  uninterrupted),
+              1e-5);
+  }
 };
 
 TEST_F(HybridTest, DataTimesPipelineFollowsOneWorker) {
@@ -127,29 +157,9 @@ TEST_F(HybridTest, BytesSentPerStepEqualTheFormula) {
 }
 
 TEST_F(HybridTest, ResumesOnTheSameGridBitwiseAndOnAnotherGridFromOneWorkersLayout) {
-  Config c = grid(2, 1, 2);
-  c.optim.name = "adam";
-  c.optim.momentum = 0.0;
-  c.optim.lr = 0.01;
-  c.train.epochs = 2;
-  c.train.checkpoint_every = 1;
-  // ZeRO-1: the blocks are assembled into the stage's state for the checkpoint.
-  c.data_parallel.zero_stage = std::string("1");
-  const std::vector<float> uninterrupted = allreduce_training(c, 4);
-  const std::string run = dir("resumed");
-  Config first = c;
-  first.train.epochs = 1;
-  allreduce_training(first, 4, run);
-  EXPECT_EQ(allreduce_training(c, 4, run, /*resume=*/true), uninterrupted);
-  // dp 2 x pp 2 -> dp 2 x tp 2: the checkpoint holds one worker's layout.
-  const std::string other = dir("regridded");
-  allreduce_training(first, 4, other);
-  Config tensor = c;
-  tensor.hybrid.tp = 2;
-  tensor.hybrid.pp = 1;
-  EXPECT_LT(
-      relative_difference(allreduce_training(tensor, 4, other, /*resume=*/true), uninterrupted),
-      1e-5);
+  // dp 2 x pp 2 -> dp 2 x tp 2: the checkpoint holds one worker's layout (ZeRO-1: the blocks are
+  // assembled into the stage's state for it).
+  expect_resumes(2, 1, 2, grid(2, 2, 1));
 }
 
 // dp 2 x tp 2 with dropout: replica d draws the masks of data-parallel rank d of 2 (streams
@@ -299,27 +309,7 @@ TEST_F(HybridTest, TensorTimesPipelineGptFollowsOneWorker) {
 // tp 2 x pp 2 x dp 2 with ZeRO-1 on the data axis and Adam: a run resumed from its epoch-1
 // checkpoint equals the uninterrupted run bitwise; dp 2 x pp 2 continues the same checkpoint.
 TEST_F(HybridTest, TensorTimesPipelineResumesBitwiseOnTheSameGridAndOnAnother) {
-  Config c = grid(2, 2, 2);
-  c.optim.name = "adam";
-  c.optim.momentum = 0.0;
-  c.optim.lr = 0.01;
-  c.train.epochs = 2;
-  c.train.checkpoint_every = 1;
-  c.data_parallel.zero_stage = std::string("1");
-  const std::vector<float> uninterrupted = allreduce_training(c, 8);
-  const std::string run = dir("resumed");
-  Config first = c;
-  first.train.epochs = 1;
-  allreduce_training(first, 8, run);
-  EXPECT_EQ(allreduce_training(c, 8, run, /*resume=*/true), uninterrupted);
-  // The 3-D checkpoint holds one worker's layout: dp 2 x pp 2 (4 ranks) continues it.
-  const std::string other = dir("regridded");
-  allreduce_training(first, 8, other);
-  Config pipeline = c;
-  pipeline.hybrid.tp = 1;
-  EXPECT_LT(
-      relative_difference(allreduce_training(pipeline, 4, other, /*resume=*/true), uninterrupted),
-      1e-5);
+  expect_resumes(2, 2, 2, grid(2, 1, 2));
 }
 
 TEST_F(HybridTest, BadGridsAreConfigErrorsNamingTheNumbers) {

@@ -6,7 +6,29 @@
 
 #include "dtrain/base/error.h"
 
+extern char** environ;
+
 namespace dtrain::env {
+
+std::vector<std::string> environment_without(std::initializer_list<std::string_view> drop) {
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    bool dropped = false;
+    for (const std::string_view d : drop) dropped = dropped || name == d;
+    if (!dropped) out.emplace_back(entry);
+  }
+  return out;
+}
+
+std::vector<char*> c_strings(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (const std::string& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
 
 std::optional<std::string> get(const char* name) {
   const char* value = std::getenv(name);

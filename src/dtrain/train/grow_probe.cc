@@ -11,7 +11,7 @@
 #include <cstring>
 #include <thread>
 
-extern char** environ;
+#include "dtrain/base/env.h"
 
 namespace dtrain::train {
 
@@ -32,17 +32,10 @@ GrowAnswer ask_grow_probe(const std::vector<std::string>& argv, long long grow_t
     answer.why = "no command";
     return answer;
   }
-  std::vector<char*> args;
-  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-  args.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "DTRAIN_GROW_TO=", 15) != 0) env_strings.emplace_back(*e);
-  }
+  std::vector<char*> args = env::c_strings(argv);
+  std::vector<std::string> env_strings = env::environment_without({"DTRAIN_GROW_TO"});
   env_strings.push_back(fmt::format("DTRAIN_GROW_TO={}", grow_to));
-  std::vector<char*> env;
-  for (std::string& e : env_strings) env.push_back(e.data());
-  env.push_back(nullptr);
+  std::vector<char*> env = env::c_strings(env_strings);
 
   posix_spawnattr_t attributes;
   posix_spawnattr_init(&attributes);

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dtrain/base/env.h"
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
 #include "dtrain/base/stop_request.h"
@@ -26,8 +27,6 @@
 #include "dtrain/train/checkpoint_dir.h"
 #include "dtrain/train/config.h"
 #include "dtrain/train/memory_checkpoint.h"
-
-extern char** environ;
 
 namespace dtrain::train {
 namespace {
@@ -47,21 +46,12 @@ constexpr int kStandbyFd = 3;
 // (as fd kStandbyFd, named by DTRAIN_STANDBY_FD).
 pid_t start_child(const std::vector<std::string>& argv, const std::string& error_file,
                   int standby_read_fd = -1) {
-  std::vector<char*> args;
-  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-  args.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "DTRAIN_ERROR_FILE=", 18) != 0 &&
-        std::strncmp(*e, "DTRAIN_STANDBY_FD=", 18) != 0) {
-      env_strings.emplace_back(*e);
-    }
-  }
+  std::vector<char*> args = env::c_strings(argv);
+  std::vector<std::string> env_strings =
+      env::environment_without({"DTRAIN_ERROR_FILE", "DTRAIN_STANDBY_FD"});
   env_strings.push_back("DTRAIN_ERROR_FILE=" + error_file);
   if (standby_read_fd >= 0) env_strings.push_back(fmt::format("DTRAIN_STANDBY_FD={}", kStandbyFd));
-  std::vector<char*> env;
-  for (std::string& e : env_strings) env.push_back(e.data());
-  env.push_back(nullptr);
+  std::vector<char*> env = env::c_strings(env_strings);
   // The child gets a process group of its own: a Ctrl-C at the terminal or a scheduler's signal
   // to the supervisor's group reaches the supervisor alone, which passes it on once. Delivered to
   // both, the child would see the signal twice, and its second (the default action) would end it

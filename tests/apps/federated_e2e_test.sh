@@ -14,9 +14,10 @@ cd "$ROOT"
 
 source "$ROOT/tests/apps/e2e_helpers.sh"  # fail, expect_error
 CONFIG=examples/synthetic_quick.toml
-FED=(--strategy federated --quiet --set data.synthetic_samples=2000 --clients 40
-     --client-fraction 0.25 --rounds 8 --local-epochs 2 --partition dirichlet:0.5
-     --set train.batch_size=10 --set optim.momentum=0)
+COMMON=(--strategy federated --quiet --set data.synthetic_samples=2000 --clients 40
+        --client-fraction 0.25 --local-epochs 2 --partition dirichlet:0.5
+        --set train.batch_size=10 --set optim.momentum=0)
+FED=("${COMMON[@]}" --rounds 8)
 
 "$DTRAIN" train --config $CONFIG "${FED[@]}" --workers 2 --set federated.client_failure=0.2 \
   --out "$TMP/two"
@@ -74,6 +75,24 @@ assert p["bytes_up"] == p["completed_clients"] * 2 * n and p["bytes_down"] == p[
 assert s["final_test_accuracy"] > 0.6, s["final_test_accuracy"]
 PY
 echo "ok: federated uploads and downloads through fp16 at 2N bytes each"
+
+# Checkpoints: the 8 rounds run as 5, then --resume --rounds 8 on 1 rank: the model the
+# uninterrupted 2-rank run ended with (to f64 rounding: another rank count), one record per round.
+"$DTRAIN" train --config $CONFIG "${COMMON[@]}" --rounds 5 --workers 2 \
+  --set federated.client_failure=0.2 --out "$TMP/cut"
+"$DTRAIN" train --resume "$TMP/cut" --rounds 8 --workers 1 --quiet
+python3 - "$TMP/two" "$TMP/cut" <<'PY' || fail "a resumed federated run differs from the whole one"
+import json, sys
+whole, cut = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
+assert cut["resumed_from_epoch"] == 5 and cut["parallel"]["rounds"] == 8, cut
+for key in ("bytes_down", "bytes_up", "completed_clients", "failed_clients"):
+    assert cut["parallel"][key] == whole["parallel"][key], key
+assert abs(cut["final_test_accuracy"] - whole["final_test_accuracy"]) < 1e-3
+rounds = [json.loads(line)["round"] for line in open(sys.argv[2] + "/metrics.jsonl")]
+assert rounds == list(range(1, 9)), rounds
+PY
+expect_error "nothing left to train; pass --rounds N with N > 8" train --resume "$TMP/cut"
+echo "ok: a federated run resumes from its checkpoint on another number of ranks"
 
 expect_error "federated.client_fraction' = 1.5.*0 < value <= 1" train --config $CONFIG \
   --strategy federated --client-fraction 1.5 --out "$TMP/bad1"

@@ -50,6 +50,24 @@ TEST(AtomicFile, AWriteThatDoesNotFitRemovesItsTempFileAndKeepsTheOldFile) {
   EXPECT_EQ(read_whole_file(path), "old\n");
 }
 
+// The supervisors ask "did this attempt write summary.json?" by identity, not by clock: the same
+// bytes rewritten within the same clock tick (a coarse file-server timestamp) still count.
+TEST(AtomicFile, AFileWrittenAgainHasAnotherIdentity) {
+  TempDir dir;
+  const std::string path = dir.file("summary.json");
+  const std::optional<FileIdentity> none = file_identity(path);
+  EXPECT_FALSE(none.has_value());
+  EXPECT_FALSE(written_since(path, none));
+  write_file_atomically(path, "{}\n");
+  EXPECT_TRUE(written_since(path, none));
+  const std::optional<FileIdentity> first = file_identity(path);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_FALSE(written_since(path, first));
+  write_file_atomically(path, "{}\n");  // the same bytes
+  EXPECT_TRUE(written_since(path, first));
+  EXPECT_NE(file_identity(path)->inode, first->inode);
+}
+
 TEST(DiagnosticFiles, AnUnwritableTraceIsOneWarning) {
   TempDir dir;
   TraceRecorder recorder;

@@ -50,9 +50,12 @@ class FederatedTest : public testing::ParallelTrainingTest {
   // The global model after `config`'s rounds on `ranks` ranks as threads (rank 0's; every rank's
   // is checked equal), and rank 0's summary.
   std::pair<std::vector<float>, RunSummary> federated(const Config& config, int ranks) {
+    return federated(config, ranks, options("fed"));
+  }
+  std::pair<std::vector<float>, RunSummary> federated(const Config& config, int ranks,
+                                                      const TrainerOptions& o) {
     std::vector<std::vector<float>> params(static_cast<std::size_t>(ranks));
     RunSummary summary;
-    const TrainerOptions o = options("fed");
     comm::spawn_ranks(
         ranks,
         [&](comm::Communicator& comm) {
@@ -311,6 +314,75 @@ TEST_F(FederatedTest, StopSignalEndsTheRunAfterTheRound) {
   EXPECT_EQ(summary.parallel["bytes_down"], 3 * 4 * summary.parameters);
 }
 
+// A run stopped after round 2 of 4 (federated.rounds = 2, then --resume with 4) ends where the
+// uninterrupted run does, bit for bit on as many ranks (the global model, and with compressed
+// downloads the server's residual, are all the state a round carries), and within f64 rounding on
+// another number of ranks; its summary and metrics.jsonl read as one run's.
+TEST_F(FederatedTest, ResumeContinuesTheUninterruptedRun) {
+  for (const bool compressed : {false, true}) {
+    Config whole = federated_config(6, 0.5, 4);
+    if (compressed) {
+      whole.federated.compression = "topk:0.25";  // error feedback at the server by default
+      whole.federated.compress_download = true;
+    }
+    const std::string tag = compressed ? "topk" : "f32";
+    const auto [expected, expected_summary] = federated(whole, 2, options("whole-" + tag));
+
+    Config first = whole;
+    first.federated.rounds = 2;
+    const TrainerOptions cut = options("cut-" + tag);
+    federated(first, 2, cut);
+    EXPECT_TRUE(fs::exists(fs::path(cut.run_dir) / "checkpoints" / "epoch-2.ckpt"));
+    TrainerOptions again = cut;
+    again.resume = true;
+    const auto [resumed, summary] = federated(whole, 2, again);
+    EXPECT_EQ(resumed, expected) << tag;
+    EXPECT_EQ(summary.resumed_from_epoch, 2);
+    EXPECT_EQ(summary.parallel["bytes_down"], expected_summary.parallel["bytes_down"]);
+    EXPECT_EQ(summary.parallel["bytes_up"], expected_summary.parallel["bytes_up"]);
+    EXPECT_EQ(summary.parallel["round_test_accuracy"],
+              expected_summary.parallel["round_test_accuracy"]);
+    EXPECT_EQ(summary.steps, expected_summary.steps);
+    std::ifstream records(fs::path(cut.run_dir) / "metrics.jsonl");
+    std::vector<std::int64_t> rounds;
+    for (std::string line; std::getline(records, line);) {
+      rounds.push_back(nlohmann::json::parse(line)["round"].get<std::int64_t>());
+    }
+    EXPECT_EQ(rounds, (std::vector<std::int64_t>{1, 2, 3, 4}));
+
+    // Another number of ranks: the same clients, the sum in another order.
+    const TrainerOptions cut3 = options("cut3-" + tag);
+    federated(first, 2, cut3);
+    TrainerOptions on3 = cut3;
+    on3.resume = true;
+    const auto [on_three, summary3] = federated(whole, 3, on3);
+    EXPECT_LT(max_abs_difference(on_three, expected), 1e-6f) << tag;
+    EXPECT_EQ(summary3.parallel["bytes_up"], expected_summary.parallel["bytes_up"]);
+  }
+}
+
+// A stop after the round writes a checkpoint and no summary.json; --resume finishes the run.
+TEST_F(FederatedTest, AStoppedRunResumesFromItsStopCheckpoint) {
+  const Config c = federated_config(6, 0.5, 3);
+  const auto [expected, unused] = federated(c, 2, options("plain"));
+  const TrainerOptions o = options("stopped");
+  set_stop_request_for_test(SIGTERM);
+  federated(c, 2, o);
+  set_stop_request_for_test(0);
+  EXPECT_TRUE(fs::exists(fs::path(o.run_dir) / "checkpoints" / "epoch-1.ckpt"));
+  EXPECT_FALSE(fs::exists(fs::path(o.run_dir) / "summary.json"));
+  TrainerOptions again = o;
+  again.resume = true;
+  EXPECT_EQ(federated(c, 2, again).first, expected);
+  EXPECT_TRUE(fs::exists(fs::path(o.run_dir) / "summary.json"));
+  try {
+    federated(c, 2, again);
+    FAIL() << "a finished run resumed";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("nothing left to train; pass --rounds N with N > 3"));
+  }
+}
+
 TEST(FederatedRoundPlan, SamplesMDistinctClientsPerRoundReproducibly) {
   EXPECT_EQ(clients_per_round(100, 0.1), 10);
   EXPECT_EQ(clients_per_round(30, 0.1), 3);
@@ -360,9 +432,15 @@ TEST_F(FederatedTest, BadInputIsAOneLineErrorWithTheNumbers) {
   }
   Config many = federated_config(241, 0.1, 1);
   EXPECT_THROW(federated(many, 1), ConfigError);
-  TrainerOptions resume = options("resume");
-  resume.resume = true;
-  EXPECT_THROW(FederatedRun(nullptr, federated_config(4, 1.0, 1), resume, nullptr), ConfigError);
+  // A fresh run into a folder that holds one sends the user to --resume.
+  const TrainerOptions twice = options("twice");
+  federated(federated_config(4, 1.0, 1), 1, twice);
+  try {
+    federated(federated_config(4, 1.0, 1), 1, twice);
+    FAIL() << "a second run into the same folder";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("continue it with --resume"));
+  }
 }
 
 }  // namespace

@@ -104,4 +104,18 @@ std::string read_whole_file(const std::string& path) {
   return bytes;
 }
 
+std::optional<FileIdentity> file_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileIdentity{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+                      static_cast<std::int64_t>(st.st_size),
+                      static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 +
+                          static_cast<std::int64_t>(st.st_mtim.tv_nsec)};
+}
+
+bool written_since(const std::string& path, const std::optional<FileIdentity>& before) {
+  const std::optional<FileIdentity> now = file_identity(path);
+  return now.has_value() && now != before;
+}
+
 }  // namespace dtrain::train

@@ -6,6 +6,8 @@
 // the new complete file, never a mix.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -17,5 +19,21 @@ void write_file_atomically(const std::string& path, std::string_view bytes);
 
 // The whole content of `path`; dtrain::Error naming the path and the reason when it cannot be read.
 std::string read_whole_file(const std::string& path);
+
+// Which file `path` names now (device, inode, size, modification time), or nothing when there is
+// none. write_file_atomically replaces a file by a rename, so a file written after this was taken
+// is another inode: "was it written since?" is exact, where comparing modification times with this
+// host's clock is not (a file server's clock may be skewed, its timestamps coarse).
+struct FileIdentity {
+  std::uint64_t device = 0;
+  std::uint64_t inode = 0;
+  std::int64_t size = 0;
+  std::int64_t modified_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+std::optional<FileIdentity> file_identity(const std::string& path);
+
+// Whether `path` exists and is not the file `before` identified (written since, or new).
+bool written_since(const std::string& path, const std::optional<FileIdentity>& before);
 
 }  // namespace dtrain::train

@@ -25,6 +25,7 @@
 #include "dtrain/comm/spawn_process_ranks.h"
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/comm/transport/mpi/world.h"
+#include "dtrain/train/atomic_file.h"
 #include "dtrain/train/memory_budget.h"
 #include "dtrain/train/standby.h"
 #include "dtrain/train/strategy_registry.h"
@@ -94,7 +95,8 @@ void train_rank(comm::Communicator& comm, const Config& config, const TrainerOpt
 RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
   RunSummary summary;
   std::mutex summary_mutex;
-  const auto started = fs::file_time_type::clock::now();
+  const std::optional<FileIdentity> summary_before =
+      file_identity((fs::path(options.run_dir) / "summary.json").string());
   try {
     auto data = std::make_shared<const RunData>(load_run_data(config.data));
     // This process's replicas, before any is built (memory_budget.h); a model built in code has
@@ -120,10 +122,9 @@ RunSummary run_under_mpi(const Config& config, const TrainerOptions& options) {
     // It warns and ends as the others did, not with an abort of the job. (The run folder is
     // rank 0's: on hosts without a shared file system this process cannot see it, and the error
     // stands.)
-    std::error_code ec;
     const fs::path written = fs::path(options.run_dir) / "summary.json";
     if (dynamic_cast<const comm::CommError*>(&e) != nullptr && comm::mpi_world_rank() != 0 &&
-        fs::exists(written, ec) && fs::last_write_time(written, ec) >= started) {
+        written_since(written.string(), summary_before)) {
       log::warn(
           "process {} of {}: {} (after rank 0 had finished the run and written its results, "
           "which stand)",
@@ -177,17 +178,14 @@ RunSummary with_in_process_restarts(
   const fs::path summary = fs::path(options.run_dir) / "summary.json";
   for (std::int64_t restart = 0;; ++restart) {
     Stopwatch ran;
-    const auto attempt_start = fs::file_time_type::clock::now();
+    const std::optional<FileIdentity> summary_before = file_identity(summary.string());
     try {
       return attempt(current);
     } catch (const std::exception& e) {
       // A run that wrote its summary.json during this attempt had finished (a rank failed after
       // rank 0's end): a restart would find nothing left to train, so the error stands.
-      std::error_code ec;
-      const bool finished =
-          fs::exists(summary, ec) && fs::last_write_time(summary, ec) >= attempt_start;
-      if (restart >= config.train.in_process_restarts || !restartable_in_process(e) ||
-          !find_strategy(config.parallel.strategy).resumes || finished ||
+      const bool finished = written_since(summary.string(), summary_before);
+      if (restart >= config.train.in_process_restarts || !restartable_in_process(e) || finished ||
           comm::detached_rank_threads() > 0 || stop_requested() != 0) {
         throw;
       }
@@ -252,7 +250,8 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
     RunSummary summary;
     std::mutex summary_mutex;
     bool rank0_finished = false;
-    const auto started = fs::file_time_type::clock::now();
+    const std::optional<FileIdentity> summary_before =
+        file_identity((fs::path(attempt.run_dir) / "summary.json").string());
     try {
       comm::spawn_ranks(
           workers,
@@ -274,9 +273,8 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
         std::lock_guard<std::mutex> lock(summary_mutex);
         finished = rank0_finished;
       }
-      std::error_code ec;
       const fs::path written = fs::path(attempt.run_dir) / "summary.json";
-      if (!finished || !fs::exists(written, ec) || fs::last_write_time(written, ec) < started) {
+      if (!finished || !written_since(written.string(), summary_before)) {
         throw;
       }
       log::warn("{} (after rank 0 had finished the run and written its results, which stand)",

@@ -89,7 +89,7 @@ std::vector<StrategyInfo> make_registry() {
       "local epochs from the global model, which becomes their sample-weighted average (FedAvg, "
       "FedProx)",
       "docs/FEDERATED.md", nullptr, nullptr, run_federated_rank, nullptr, /*pin_ranks=*/true,
-      /*takes_model_factory=*/false, /*resumes=*/false});
+      /*takes_model_factory=*/false});
   registry.push_back(StrategyInfo{
       "tensor_parallel",
       "tensor (operator) parallelism: each GPT block's attention split by heads and its MLP by "

@@ -48,9 +48,6 @@ struct StrategyInfo {
   // (TrainerOptions::make_model, docs/LIBRARY.md) trains under it; false where the strategy builds
   // its model from model.name in code of its own (parameter servers, Hogwild!, tensor parallelism).
   bool takes_model_factory = false;
-  // Whether a run continues from its checkpoints (--resume, in-process restarts); false where it
-  // keeps none (federated averaging).
-  bool resumes = true;
 };
 
 // Every strategy, in the order `--help` lists them.

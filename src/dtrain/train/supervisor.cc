@@ -24,6 +24,7 @@
 #include "dtrain/base/log.h"
 #include "dtrain/base/stop_request.h"
 #include "dtrain/base/timer.h"
+#include "dtrain/train/atomic_file.h"
 #include "dtrain/train/checkpoint_dir.h"
 #include "dtrain/train/config.h"
 #include "dtrain/train/memory_checkpoint.h"
@@ -279,7 +280,8 @@ int supervise(const SupervisorOptions& options) {
   const fs::path resolved = fs::path(options.run_dir) / "resolved.toml";
   for (int restart = 0;; ++restart) {
     const int launch = restart + grows;  // restarts so far, of either kind
-    const auto attempt_start = fs::file_time_type::clock::now();
+    const std::optional<FileIdentity> summary_before =
+        file_identity((fs::path(options.run_dir) / "summary.json").string());
     Stopwatch attempt;
     // A woken standby writes its errors where it was told to, its own file.
     if (activated < 0) {
@@ -331,8 +333,7 @@ int supervise(const SupervisorOptions& options) {
     // after that (an mpirun job torn down at its end, a grow stop that came too late) costs
     // nothing, and a restart would find nothing left to train.
     const fs::path summary = fs::path(options.run_dir) / "summary.json";
-    if (status != 0 && fs::exists(summary, ec) &&
-        fs::last_write_time(summary, ec) >= attempt_start) {
+    if (status != 0 && written_since(summary.string(), summary_before)) {
       log::warn("supervisor: the run ended with {} after it completed ({} is written): done",
                 describe_wait_status(status), summary.string());
       return 0;

@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <numeric>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "dtrain/base/error.h"
@@ -26,6 +25,7 @@
 #include "dtrain/train/fault_injection.h"
 #include "dtrain/train/memory_checkpoint.h"
 #include "dtrain/train/progress.h"
+#include "dtrain/train/resume_records.h"
 #include "dtrain/train/standby.h"
 #include "dtrain/train/statistics.h"
 #include "dtrain/train/strategy_registry.h"
@@ -36,11 +36,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr std::int64_t kEvalBatch = 1000;
-// A target not reached yet, as stored among a checkpoint's scalars.
-constexpr double kNotReached = -1.0;
-
-std::string tta_scalar(double target) { return "tta:" + AccuracyTargets::key(target); }
-
 // Whether every rank of `comm` runs on the host of this one: the host names' hashes agree (one
 // allreduce of 4 x 32 bits: max of each half and of its negation).
 bool all_ranks_on_one_host(comm::Communicator& comm) {
@@ -54,24 +49,6 @@ bool all_ranks_on_one_host(comm::Communicator& comm) {
   options.check_header = false;  // every rank calls it at the same point of the start
   comm.allreduce(bounds, 4, DType::kI32, comm::ReduceOp::kMax, options);
   return bounds[0] == -bounds[2] && bounds[1] == -bounds[3];
-}
-
-// A resumed run repeats the steps after its checkpoint (global step `step`, `epoch` epochs
-// complete), so records the interrupted run wrote for them are dropped first: metrics.jsonl then
-// reads as one uninterrupted run.
-void drop_records_after(const std::string& path, std::int64_t epoch, std::int64_t step) {
-  if (!fs::exists(path)) return;
-  std::istringstream in(read_whole_file(path));
-  std::string kept;
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_discarded() || !record.contains("epoch")) continue;  // a torn last line
-    const bool before = record.contains("step") ? record["step"].get<std::int64_t>() <= step
-                                                : record["epoch"].get<std::int64_t>() <= epoch;
-    if (before) kept += line + "\n";
-  }
-  write_file_atomically(path, kept);
 }
 
 // The seconds between checkpoints inside an epoch: train.checkpoint_every_seconds, or by the
@@ -397,10 +374,7 @@ RunSummary Trainer::run() {
     last_eval.loss = checkpoint.scalar("final_test_loss", 0.0);
     last_eval.accuracy = checkpoint.scalar("final_test_accuracy", 0.0);
     last_train_loss = checkpoint.scalar("final_train_loss", 0.0);
-    for (std::size_t i = 0; i < targets.targets().size(); ++i) {
-      const double seconds = checkpoint.scalar(tta_scalar(targets.targets()[i]), kNotReached);
-      if (seconds >= 0.0) targets.set_reached(i, seconds);
-    }
+    restore_accuracy_targets(checkpoint, targets);
     // A run stopped after its last checkpoint but before summary.json (killed, or a full disk)
     // is complete: it writes its summary from the checkpoint's figures and trains nothing.
     const bool summary_missing = !fs::exists(dir / "summary.json");
@@ -513,10 +487,7 @@ RunSummary Trainer::run() {
       c.scalars.push_back({"epoch_samples", static_cast<double>(epoch_sums.samples)});
       c.scalars.push_back({"epoch_seconds", epoch_sums.seconds});
     }
-    for (std::size_t i = 0; i < targets.targets().size(); ++i) {
-      const auto& reached = targets.reached()[i];
-      c.scalars.emplace_back(tta_scalar(targets.targets()[i]), reached ? *reached : kNotReached);
-    }
+    save_accuracy_targets(targets, c);
     // Every rank: the strategy's state may be collective (ZeRO-1 gathers its shards).
     for (auto& state : strategy_->checkpoint_state(*optimizer_)) {
       c.optimizer_state.push_back({std::move(state.name), std::move(state.values)});

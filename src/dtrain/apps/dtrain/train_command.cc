@@ -504,11 +504,12 @@ int run_train(const TrainFlags& flags) {
     for (const auto& assignment : overrides) {
       if (assignment.rfind("train.epochs=", 0) != 0 &&
           assignment.rfind("parallel.workers=", 0) != 0 &&
-          assignment.rfind("parameter_server.servers=", 0) != 0) {
+          assignment.rfind("parameter_server.servers=", 0) != 0 &&
+          assignment.rfind("federated.rounds=", 0) != 0) {
         throw ConfigError(fmt::format(
             "--resume {} continues the run of its resolved.toml; only train.epochs (--epochs), "
-            "parallel.workers (--workers) and parameter_server.servers (--servers) may change, "
-            "but '{}' was given; start a new run "
+            "federated.rounds (--rounds), parallel.workers (--workers) and "
+            "parameter_server.servers (--servers) may change, but '{}' was given; start a new run "
             "with --config {}/resolved.toml to change other keys",
             flags.resume, assignment, flags.resume));
       }

@@ -19,7 +19,9 @@
 #include "dtrain/parallel/rank_agreement.h"
 #include "dtrain/parallel/reducers/compressed_reducer.h"
 #include "dtrain/train/atomic_file.h"
+#include "dtrain/train/checkpoint_dir.h"
 #include "dtrain/train/progress.h"
+#include "dtrain/train/resume_records.h"
 #include "dtrain/train/strategies/federated/client_update.h"
 #include "dtrain/train/strategies/federated/federated_average.h"
 #include "dtrain/train/strategies/federated/round_plan.h"
@@ -135,12 +137,6 @@ FederatedRun::FederatedRun(comm::Communicator* comm, const Config& config,
   Impl& s = *impl_;
   validate(s.config);
   check_federated_config(s.config, s.ranks);
-  if (s.options.resume) {
-    throw ConfigError(fmt::format(
-        "parallel.strategy = \"federated\" keeps no checkpoints, so --resume {} cannot continue "
-        "it; start a new run with --out",
-        s.options.run_dir));
-  }
   if (s.data == nullptr) s.data = std::make_shared<const RunData>(load_run_data(s.config.data));
   const data::Dataset& train = s.data->train;
   if (train.size() == 0) {
@@ -215,15 +211,66 @@ RunSummary FederatedRun::run() {
       throw ConfigError(fmt::format("cannot create the run folder {}: {}; choose another --out",
                                     dir.string(), ec.message()));
     }
-    if (fs::exists(dir / "metrics.jsonl")) {
-      throw ConfigError(
-          fmt::format("the run folder {} already holds a run (metrics.jsonl); choose another --out",
-                      dir.string()));
+    if (!s.options.resume && fs::exists(dir / "metrics.jsonl")) {
+      throw ConfigError(fmt::format(
+          "the run folder {} already holds a run (metrics.jsonl); continue it with --resume {} or "
+          "choose another --out",
+          dir.string(), dir.string()));
     }
+  }
+
+  // Checkpoints (docs/FEDERATED.md, "Checkpoints"): after every train.checkpoint_every rounds,
+  // the last round and a stop, rank 0 saves the global model, the server's error-feedback residual
+  // and the run's counters; a round's clients keep no state across rounds and draw everything from
+  // (train.seed, round, client), so a resume continues bitwise, on any number of ranks up to the
+  // f64 rounding of the round's sum (the rank count changes its order).
+  CheckpointDir checkpoints((dir / "checkpoints").string(), t.keep_checkpoints);
+  bool resume = s.options.resume;
+  if (resume && !checkpoints.has_any()) {
+    resume = false;
+    if (writer) {
+      log::info(
+          "{} holds no checkpoint yet (the run stopped before its first round ended): training "
+          "it from the beginning",
+          (dir / "checkpoints").string());
+      drop_records_after((dir / "metrics.jsonl").string(), 0);
+    }
+  }
+  std::int64_t first_round = 0;
+  std::optional<Checkpoint> restored;
+  if (resume) {
+    VerifiedCheckpoint verified = checkpoints.newest_good();
+    const Checkpoint& c = verified.checkpoint;
+    if (c.seed != seed) {
+      throw CheckpointError(fmt::format(
+          "checkpoint {} was written with train.seed = {} but the run's resolved.toml says {}",
+          verified.path, c.seed, t.seed));
+    }
+    restore_into(c, store, verified.path);
+    global_params_.assign(store.params(), store.params() + store.num_params());
+    global_buffers_.assign(store.buffers(), store.buffers() + store.num_buffer_elements());
+    first_round = c.epoch;
+    const bool summary_missing = !fs::exists(dir / "summary.json");
+    if (first_round >= f.rounds && !summary_missing) {
+      throw ConfigError(fmt::format(
+          "checkpoint {} is at round {} and federated.rounds = {}: nothing left to train; pass "
+          "--rounds N with N > {} to train further",
+          verified.path, first_round, f.rounds, first_round));
+    }
+    if (first_round >= f.rounds && writer) {
+      log::info(
+          "{} is the run's last checkpoint and summary.json is missing: writing the summary "
+          "from it",
+          verified.path);
+    }
+    if (writer) drop_records_after((dir / "metrics.jsonl").string(), first_round);
+    restored = std::move(verified.checkpoint);
+  }
+  if (writer) {
     write_file_atomically((dir / "resolved.toml").string(), to_toml(config));
     write_file_atomically((dir / "partition.json").string(),
                           partition_json(s.partition, s.data->train, s.partition_name, seed));
-    metrics.emplace((dir / "metrics.jsonl").string(), false);
+    metrics.emplace((dir / "metrics.jsonl").string(), resume);
   }
   Progress progress(
       s.options.out,
@@ -270,9 +317,97 @@ RunSummary FederatedRun::run() {
   std::vector<double> round_accuracy;
   const std::int64_t rank_bytes_start = bytes_sent(s.comm);
   std::int64_t rounds_run = 0;
-  int stopped_by = 0;  // the signal that stopped the run early, or 0
+  int stopped_by = 0;          // the signal that stopped the run early, or 0
+  double previous_wall = 0.0;  // wall seconds of the runs before a resume
+  auto elapsed = [&] { return previous_wall + wall.seconds(); };
+  auto round_scalar = [](std::int64_t round) { return fmt::format("round_accuracy:{}", round); };
+  auto target_scalars = [&](std::size_t i) {
+    const std::string key = AccuracyTargets::key(t.accuracy_targets[i]);
+    return std::pair{"rounds_to:" + key, "bytes_to:" + key};
+  };
+  constexpr const char* kServerResidual = "federated/server_residual";
+  if (restored) {
+    const Checkpoint& c = *restored;
+    auto count = [&](const char* name) { return static_cast<std::int64_t>(c.scalar(name, 0.0)); };
+    bytes_down = count("bytes_down");
+    bytes_up = count("bytes_up");
+    completed_total = count("completed_clients");
+    failed_total = count("failed_clients");
+    steps_total = count("local_steps");
+    seen_total = count("samples");
+    train_seconds = c.scalar("train_seconds", 0.0);
+    previous_wall = c.scalar("wall_seconds", 0.0);
+    best_accuracy = c.scalar("best_test_accuracy", 0.0);
+    last_train_loss = c.scalar("final_train_loss", 0.0);
+    last_eval = {c.scalar("final_test_loss", 0.0), c.scalar("final_test_accuracy", 0.0)};
+    for (std::int64_t round = 1; round <= first_round; ++round) {
+      round_accuracy.push_back(c.scalar(round_scalar(round), 0.0));
+    }
+    for (std::size_t i = 0; i < target_rounds.size(); ++i) {
+      const auto [rounds_name, bytes_name] = target_scalars(i);
+      const double reached_round = c.scalar(rounds_name, -1.0);
+      if (reached_round >= 0.0) {
+        target_rounds[i] = static_cast<std::int64_t>(reached_round);
+        target_bytes[i] = static_cast<std::int64_t>(c.scalar(bytes_name, 0.0));
+      }
+    }
+    restore_accuracy_targets(c, targets);
+    if (server_feedback) {
+      const auto saved =
+          std::find_if(c.optimizer_state.begin(), c.optimizer_state.end(),
+                       [&](const NamedValues& v) { return v.name == kServerResidual; });
+      if (saved == c.optimizer_state.end() || std::ssize(saved->values) != n_params) {
+        throw CheckpointError(fmt::format(
+            "the checkpoint of round {} holds no server residual of {} values for "
+            "federated.compress_download's error feedback; resume with the configuration it was "
+            "written with",
+            first_round, n_params));
+      }
+      server_feedback->set_residual(saved->values);
+    }
+    rounds_run = first_round;
+    progress.message(fmt::format("resuming after round {} of {} ({:.2f}% test accuracy)",
+                                 first_round, f.rounds, 100.0 * last_eval.second));
+  }
+  // Rank 0, after round `rounds_done` (the store holds the global model). Returns the path.
+  auto save = [&](std::int64_t rounds_done) {
+    Checkpoint c;
+    c.epoch = rounds_done;
+    c.global_step = steps_total;
+    c.seed = seed;
+    c.sampler_epoch = rounds_done;
+    c.scalars = {{"world_size", static_cast<double>(s.ranks)},
+                 {"bytes_down", static_cast<double>(bytes_down)},
+                 {"bytes_up", static_cast<double>(bytes_up)},
+                 {"completed_clients", static_cast<double>(completed_total)},
+                 {"failed_clients", static_cast<double>(failed_total)},
+                 {"local_steps", static_cast<double>(steps_total)},
+                 {"samples", static_cast<double>(seen_total)},
+                 {"train_seconds", train_seconds},
+                 {"wall_seconds", elapsed()},
+                 {"best_test_accuracy", best_accuracy},
+                 {"final_train_loss", last_train_loss},
+                 {"final_test_loss", last_eval.first},
+                 {"final_test_accuracy", last_eval.second}};
+    for (std::size_t r = 0; r < round_accuracy.size(); ++r) {
+      c.scalars.emplace_back(round_scalar(static_cast<std::int64_t>(r) + 1), round_accuracy[r]);
+    }
+    for (std::size_t i = 0; i < target_rounds.size(); ++i) {
+      if (!target_rounds[i]) continue;
+      const auto [rounds_name, bytes_name] = target_scalars(i);
+      c.scalars.emplace_back(rounds_name, static_cast<double>(*target_rounds[i]));
+      c.scalars.emplace_back(bytes_name, static_cast<double>(*target_bytes[i]));
+    }
+    save_accuracy_targets(targets, c);
+    capture_from(store, c);
+    if (server_feedback) {
+      const auto residual = server_feedback->residual();
+      c.optimizer_state.push_back({kServerResidual, {residual.begin(), residual.end()}});
+    }
+    return checkpoints.save(c);
+  };
 
-  for (std::int64_t round = 0; round < f.rounds; ++round) {
+  for (std::int64_t round = first_round; round < f.rounds; ++round) {
     Stopwatch round_clock;
     const std::vector<std::int64_t> participants =
         sample_round_clients(f.clients, per_round, seed, round);
@@ -397,7 +532,7 @@ RunSummary FederatedRun::run() {
                              {"test_accuracy", accuracy},
                              {"round_seconds", round_seconds},
                              {"train_seconds", train_seconds},
-                             {"elapsed", wall.seconds()}};
+                             {"elapsed", elapsed()}};
       metrics->write(line);
     }
     progress.message(fmt::format(
@@ -408,13 +543,27 @@ RunSummary FederatedRun::run() {
         last_eval.first, 100.0 * accuracy, static_cast<double>(bytes_down + bytes_up) / 1e6,
         round_seconds));
     rounds_run = round + 1;
-    if (counts.stop > 0.0 && rounds_run < f.rounds) {
+    const bool stopping = counts.stop > 0.0 && rounds_run < f.rounds;
+    std::string saved;
+    if (writer && (rounds_run == f.rounds || stopping ||
+                   (t.checkpoint_every > 0 && rounds_run % t.checkpoint_every == 0))) {
+      try {
+        saved = save(rounds_run);
+      } catch (const CheckpointError& e) {
+        // Inside the run the previous checkpoint stays and the rounds go on; the last one must
+        // be on disk before the run reports success.
+        if (rounds_run == f.rounds || stopping) throw;
+        log::warn("{}; the rounds go on, and a resume would start from the previous checkpoint",
+                  e.what());
+      }
+    }
+    if (stopping) {
       stopped_by = stop_requested() != 0 ? stop_requested() : SIGTERM;
       if (writer) {
         log::warn(
-            "stopped by {} after round {} of {}: a federated run keeps no checkpoint, so "
-            "summary.json covers the rounds run; start a new run to train further",
-            stop_signal_name(stopped_by), rounds_run, f.rounds);
+            "stopped by {} after round {} of {}: checkpoint {}; continue with `dtrain train "
+            "--resume {}`",
+            stop_signal_name(stopped_by), rounds_run, f.rounds, saved, dir.string());
       }
       break;
     }
@@ -433,7 +582,8 @@ RunSummary FederatedRun::run() {
   summary.final_test_loss = last_eval.first;
   summary.final_test_accuracy = last_eval.second;
   summary.best_test_accuracy = best_accuracy;
-  summary.wall_seconds = wall.seconds();
+  summary.wall_seconds = elapsed();
+  summary.resumed_from_epoch = first_round;
   summary.train_seconds = train_seconds;
   summary.train_samples_per_second =
       train_seconds > 0.0 ? static_cast<double>(seen_total) / train_seconds : 0.0;
@@ -486,7 +636,7 @@ RunSummary FederatedRun::run() {
        fmt::format("the simulation's own traffic from rank 0: one f64 allreduce of N + B + 8 = {} "
                    "values per round and evaluation sums",
                    average.reduced_values())}};
-  if (writer) {
+  if (writer && stopped_by == 0) {
     write_summary((dir / "summary.json").string(), summary);
     std::string reached;
     for (std::size_t i = 0; i < target_rounds.size(); ++i) {

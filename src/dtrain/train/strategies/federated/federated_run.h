@@ -28,9 +28,12 @@
 // The run folder: resolved.toml; partition.json (the partition's name, each client's sample count
 // and label histogram); metrics.jsonl, one {"kind":"round"} record per round (participants,
 // completed, failed, bytes down/up with the formula's figures, train loss and accuracy of the
-// local epochs, test loss and accuracy of w_g, seconds); summary.json (epochs = rounds run). No
-// checkpoints: a federated run is not resumed (--resume is refused); a stop signal (SIGTERM,
-// SIGINT) ends it after the current round on every rank, with summary.json's stopped_by_signal.
+// local epochs, test loss and accuracy of w_g, seconds); summary.json (epochs = rounds run);
+// checkpoints/ (epoch-<round>.ckpt after every train.checkpoint_every rounds, the last round and a
+// stop: the global model, the server's error-feedback residual, the run's counters), from which
+// --resume continues bitwise, on any number of ranks up to the f64 rounding of the round's sum. A
+// stop signal (SIGTERM, SIGINT) ends the run after the current round on every rank, with a
+// checkpoint.
 //
 // Keys: [federated] (clients, client_fraction, local_epochs, rounds, partition, fedprox_mu,
 // client_failure, compression, compress_download), train.batch_size (B, the local batch),

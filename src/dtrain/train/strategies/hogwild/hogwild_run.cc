@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 #include "dtrain/base/error.h"
@@ -17,6 +16,7 @@
 #include "dtrain/train/checkpoint.h"
 #include "dtrain/train/checkpoint_dir.h"
 #include "dtrain/train/progress.h"
+#include "dtrain/train/resume_records.h"
 #include "dtrain/train/statistics.h"
 #include "dtrain/train/strategies/hogwild/hogwild_engine.h"
 
@@ -24,26 +24,6 @@ namespace dtrain::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A target not reached yet, as stored among a checkpoint's scalars (as the Trainer stores it).
-constexpr double kNotReached = -1.0;
-
-std::string tta_scalar(double target) { return "tta:" + AccuracyTargets::key(target); }
-
-// A resumed run repeats the epochs after its checkpoint: records the interrupted run wrote for them
-// are dropped first, so metrics.jsonl reads as one uninterrupted run.
-void drop_records_after(const std::string& path, std::int64_t epoch) {
-  if (!fs::exists(path)) return;
-  std::istringstream in(read_whole_file(path));
-  std::string kept;
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_discarded() || !record.contains("epoch")) continue;  // a torn last line
-    if (record["epoch"].get<std::int64_t>() <= epoch) kept += line + "\n";
-  }
-  write_file_atomically(path, kept);
-}
 
 // Checks that `checkpoint` holds the parameters of `engine`'s model; CheckpointError naming the
 // file and the first tensor that differs otherwise.
@@ -156,10 +136,7 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
     last_train.loss = checkpoint.scalar("final_train_loss", 0.0);
     last_train.accuracy = checkpoint.scalar("final_train_accuracy", 0.0);
     last_test = engine.evaluate_test();  // of the checkpoint's parameters: its epoch's figures
-    for (std::size_t i = 0; i < targets.targets().size(); ++i) {
-      const double seconds = checkpoint.scalar(tta_scalar(targets.targets()[i]), kNotReached);
-      if (seconds >= 0.0) targets.set_reached(i, seconds);
-    }
+    restore_accuracy_targets(checkpoint, targets);
     if (start_epoch >= t.epochs && !fs::exists(dir / "summary.json")) {
       log::info(
           "{} is the run's last checkpoint and summary.json is missing: writing the summary "
@@ -207,10 +184,7 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
                  {"final_test_accuracy", last_test ? last_test->accuracy : 0.0},
                  {"final_train_loss", last_train.loss},
                  {"final_train_accuracy", last_train.accuracy}};
-    for (std::size_t i = 0; i < targets.targets().size(); ++i) {
-      const auto& reached = targets.reached()[i];
-      c.scalars.emplace_back(tta_scalar(targets.targets()[i]), reached ? *reached : kNotReached);
-    }
+    save_accuracy_targets(targets, c);
     c.param_table = engine.param_entries();
     const std::span<float> weights = engine.weights();
     c.params.assign(weights.begin(), weights.end());

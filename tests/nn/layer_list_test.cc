@@ -1,8 +1,10 @@
 // Layer lists (nn/layer_list.h) and residual groups (nn/residual_group.h): finite differences of a
 // group, a group against nn::ResidualBlock bit for bit (parameters, output, gradients), sizes
-// inferred from the data, and the one-line errors for every kind of bad list.
+// inferred from the data, the substitute seam (what a split build sees and replaces), and the
+// one-line errors for every kind of bad list.
 #include "dtrain/nn/layer_list.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -146,6 +148,36 @@ TEST(LayerList, SizesComeFromTheDataAndNamesFromThePlace) {
   ASSERT_EQ(entries.size(), 4u);
   EXPECT_EQ(entries[0].name, "layer0.weight");
   EXPECT_EQ(entries[3].name, "out.bias");
+}
+
+TEST(LayerList, TheSubstituteSeesEveryLayerUnsplitAndItsTwinIsBuilt) {
+  // The seam of layer_list_tensor_parallel.h: every layer, a group's too, is offered with its
+  // place, name and one worker's input shape; a returned twin takes the layer's place.
+  struct Recorder final : LayerSubstitute {
+    std::vector<std::string> seen;
+    const Layer* twin = nullptr;
+    std::unique_ptr<Layer> substitute(const LayerSite& site, const Layer& unsplit) override {
+      seen.push_back(fmt::format("{} {} {} {} {}", site.label, site.name, site.top ? "top" : "in",
+                                 tensor::shape_str(site.input), unsplit.name()));
+      if (site.name != "out") return nullptr;
+      auto layer = std::make_unique<Linear>("out", site.input.back(), 3);
+      twin = layer.get();
+      return layer;
+    }
+  } recorder;
+  const LayerList list = {
+      layer("linear", {{"out_features", std::int64_t{6}}}),
+      layer("residual", {}, {layer("linear", {{"out_features", std::int64_t{6}}})}),
+      layer("linear", {{"name", std::string("out")}, {"out_features", std::string("classes")}})};
+  auto model = build_layer_list(list, LayerListInput{{4}, 3}, recorder);
+  EXPECT_THAT(recorder.seen,
+              ::testing::ElementsAre("model.layer[0] (linear) layer0 top [1, 4] layer0",
+                                     "model.layer[1].body[0] (linear) layer1.body0 in [1, 6] "
+                                     "layer1.body0",
+                                     "model.layer[1] (residual) layer1 top [1, 6] layer1",
+                                     "model.layer[2] (linear) out top [1, 6] out"));
+  EXPECT_EQ(model->layers()[2].get(), recorder.twin);
+  EXPECT_EQ(model->output_shape(2), (tensor::Shape{2, 3}));
 }
 
 TEST(LayerList, AMisfitNamesTheLayerAndBothShapes) {

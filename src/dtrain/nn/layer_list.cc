@@ -338,7 +338,8 @@ std::string get_string(const LayerSpec& spec, const char* key, const std::string
 // Builds the layers of a list one by one, each from the shape the one before gives.
 class ListBuilder {
  public:
-  explicit ListBuilder(const LayerListInput& input) : input_(input) {}
+  ListBuilder(const LayerListInput& input, LayerSubstitute* substitute)
+      : input_(input), substitute_(substitute) {}
 
   // `shape` (B, ...) is the list's input on entry and its output on return. prefix: "" at the top,
   // "<group>." inside a group; stem: the default name's stem ("layer", "body", "shortcut").
@@ -357,7 +358,14 @@ class ListBuilder {
                                       label, name, it->second));
       }
       const bool first = top && i == 0;
-      out.push_back(build_one(spec, place, label, name, shape, first));
+      const tensor::Shape input = shape;
+      std::unique_ptr<Layer> layer = build_one(spec, place, label, name, shape, first);
+      if (substitute_ != nullptr) {
+        std::unique_ptr<Layer> twin =
+            substitute_->substitute(LayerSite{layers, i, top, label, name, input}, *layer);
+        if (twin) layer = std::move(twin);
+      }
+      out.push_back(std::move(layer));
       last_label_ = label;
     }
     return out;
@@ -561,6 +569,7 @@ class ListBuilder {
   }
 
   const LayerListInput& input_;
+  LayerSubstitute* substitute_;               // null: every layer as made
   std::map<std::string, std::string> names_;  // layer name -> its place
   std::map<std::string, EmbeddingInfo> embeddings_;
   std::string last_label_;
@@ -590,7 +599,8 @@ namespace {
 // (a layer holds no tensors until then).
 std::vector<std::unique_ptr<Layer>> build_layers(const LayerList& layers,
                                                  const LayerListInput& input,
-                                                 const std::string& where) {
+                                                 const std::string& where,
+                                                 LayerSubstitute* substitute = nullptr) {
   if (layers.empty()) {
     throw ConfigError(fmt::format(
         "{}: the layer list is empty; describe the model as [[{}]] tables, each with a kind "
@@ -605,7 +615,7 @@ std::vector<std::unique_ptr<Layer>> build_layers(const LayerList& layers,
   }
   tensor::Shape shape{1};
   shape.insert(shape.end(), input.sample_shape.begin(), input.sample_shape.end());
-  ListBuilder builder(input);
+  ListBuilder builder(input, substitute);
   auto built = builder.build_list(layers, where, "", "layer", shape, true);
   // The loss reads (B, classes) logits, or (B, T, classes) for a language model (one prediction
   // per position, after an embedding).
@@ -634,9 +644,10 @@ LayerListSize layer_list_size(const LayerList& layers, const LayerListInput& inp
   return size;
 }
 
-std::unique_ptr<Model> build_layer_list(const LayerList& layers, const LayerListInput& input,
-                                        const std::string& where) {
-  auto built = build_layers(layers, input, where);
+namespace {
+
+std::unique_ptr<Model> assemble(std::vector<std::unique_ptr<Layer>> built,
+                                const LayerListInput& input, const std::string& where) {
   auto model = std::make_unique<Model>(input.sample_shape);
   for (auto& layer : built) model->add(std::move(layer));
   try {
@@ -651,6 +662,18 @@ std::unique_ptr<Model> build_layer_list(const LayerList& layers, const LayerList
         where, e.what()));
   }
   return model;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> build_layer_list(const LayerList& layers, const LayerListInput& input,
+                                        const std::string& where) {
+  return assemble(build_layers(layers, input, where), input, where);
+}
+
+std::unique_ptr<Model> build_layer_list(const LayerList& layers, const LayerListInput& input,
+                                        LayerSubstitute& substitute, const std::string& where) {
+  return assemble(build_layers(layers, input, where, &substitute), input, where);
 }
 
 std::string layer_table_header(const std::string& where) {

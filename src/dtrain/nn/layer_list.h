@@ -103,6 +103,30 @@ struct LayerListInput {
 std::unique_ptr<Model> build_layer_list(const LayerList& layers, const LayerListInput& input,
                                         const std::string& where = "model.layer");
 
+// The seam a split build hooks into (layer_list_tensor_parallel.h: the list over a tensor-parallel
+// group). The builder makes every layer for one worker (all sizes and checks as above, the shapes
+// walked unsplit), then offers it to the substitute, which returns its twin to build in its place
+// (a split Linear, a split transformer block) or null to keep it. A twin declares the same tensor
+// names in the same order (its own, possibly split, shapes) and takes and gives the same whole
+// activations at the boundaries the list's shapes describe, except inside the pairs the
+// substitute makes itself (a column-parallel Linear's split output feeds the row-parallel one).
+struct LayerSite {
+  const LayerList& list;  // the list the layer is in (a group's body or shortcut, or the model's)
+  std::size_t index = 0;  // its place in that list
+  bool top = false;       // the model's own list, not a residual group's
+  std::string label;      // "model.layer[3] (linear)": how messages name it
+  std::string name;       // its name, the prefix of its tensors
+  tensor::Shape input;    // its unsplit input shape, (1, ...) for one sample
+};
+class LayerSubstitute {
+ public:
+  virtual ~LayerSubstitute() = default;
+  virtual std::unique_ptr<Layer> substitute(const LayerSite& site, const Layer& unsplit) = 0;
+};
+std::unique_ptr<Model> build_layer_list(const LayerList& layers, const LayerListInput& input,
+                                        LayerSubstitute& substitute,
+                                        const std::string& where = "model.layer");
+
 // The elements build_layer_list's model would hold, without allocating them (the layers are built
 // and declare their tensors; nothing is laid out): what the memory budget (train/memory_budget.h)
 // checks before a model of a layer list is built. Throws as build_layer_list does.

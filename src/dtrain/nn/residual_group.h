@@ -49,6 +49,12 @@ class ResidualGroup : public Layer {
   tensor::Shape body_shape(const tensor::Shape& input) const;
   tensor::Shape shortcut_shape(const tensor::Shape& input) const;
 
+  // The branches and the activation (nullptr for none), read-only: a spatial split
+  // (spatial_model.h) rebuilds the group from their split twins.
+  const std::vector<std::unique_ptr<Layer>>& body() const { return body_; }
+  const std::vector<std::unique_ptr<Layer>>& shortcut() const { return shortcut_; }
+  const Activation* activation() const { return act_.get(); }
+
  private:
   std::vector<std::unique_ptr<Layer>> body_;
   std::vector<std::unique_ptr<Layer>> shortcut_;

@@ -593,7 +593,9 @@ std::vector<Field> fields(Config& c) {
        "how the model is split over parallel.workers ranks: megatron (gpt: each block's attention "
        "by heads, its MLP by hidden units; one allreduce per half-block forward and one "
        "backward), allgather (mlp, seed 003: each Linear's outputs split, activations "
-       "all-gathered, their gradients all-reduced), auto (the one that fits model.name)",
+       "all-gathered, their gradients all-reduced), auto (the one that fits model.name); a "
+       "layer list (layers) takes either for its linears (auto: allgather) and splits its "
+       "attention and transformer blocks by heads",
        -kInf,
        kInf,
        false,

@@ -680,8 +680,8 @@ Command add_train_command(CLI::App& app) {
                   "--strategy pipeline: gpipe, 1f1b or pipedream (pipeline.schedule)");
   sub->add_option("--tp", flags->tp,
                   "tensor parallelism over P ranks: --strategy tensor_parallel --workers P "
-                  "(gpt, mlp; docs/TENSOR_PARALLEL.md); with --dp or --pp the grid's tensor "
-                  "groups (hybrid.tp)")
+                  "(gpt, mlp, layer lists; docs/TENSOR_PARALLEL.md); with --dp or --pp the grid's "
+                  "tensor groups (hybrid.tp)")
       ->check(at_least(1));
   sub->add_option("--dp", flags->dp,
                   "process grid: D data-parallel replicas around --pp or --tp (--strategy hybrid, "

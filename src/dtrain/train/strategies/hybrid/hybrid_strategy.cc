@@ -6,11 +6,7 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
-#include "dtrain/nn/all_gather_linear.h"
-#include "dtrain/nn/column_parallel_linear.h"
-#include "dtrain/nn/parallel_causal_self_attention.h"
-#include "dtrain/nn/row_parallel_linear.h"
-#include "dtrain/nn/transformer_block.h"
+#include "dtrain/nn/tensor_parallel_cost.h"
 #include "dtrain/train/strategies/pipeline/pipeline_strategy.h"
 #include "dtrain/train/strategies/single_worker.h"
 #include "dtrain/train/strategies/tensor_parallel/tensor_parallel_strategy.h"
@@ -51,32 +47,6 @@ tensor::Shape shape_after(const nn::Model& model, std::size_t layers, std::int64
 // Elements of layer `layers`' input for `batch` samples.
 std::int64_t numel_after(const nn::Model& model, std::size_t layers, std::int64_t batch) {
   return tensor::shape_numel(shape_after(model, layers, batch));
-}
-
-// Bytes a tensor rank sends in the collectives of `layer` (a layer of the tensor split) for one
-// forward and backward of `input`, ring allreduce 2 (P-1)/P x 4 n, all-gather (P-1)/P x 4 n:
-//   split TransformerBlock   4 allreduces of its input's size (attention and MLP, f and g)
-//   AllGatherLinear          all-gather of its output + allreduce of its input gradient
-//   ColumnParallelLinear     allreduce of its input gradient;  RowParallelLinear: of its output
-// Input gradients only where the backward computes them (input_grad).
-double tensor_layer_bytes(nn::Layer& layer, const tensor::Shape& input, bool input_grad,
-                          int parts) {
-  const double share = static_cast<double>(parts - 1) / parts;
-  const auto in = static_cast<double>(tensor::shape_numel(input));
-  if (auto* block = dynamic_cast<nn::TransformerBlock*>(&layer)) {
-    const std::vector<nn::Layer*> subs = block->sublayers();
-    const bool split = subs.size() > 1 && dynamic_cast<nn::ParallelCausalSelfAttention*>(subs[1]);
-    return split ? 4.0 * 2.0 * share * 4.0 * in : 0.0;
-  }
-  const auto out = static_cast<double>(tensor::shape_numel(layer.output_shape(input)));
-  if (dynamic_cast<nn::AllGatherLinear*>(&layer) != nullptr) {
-    return share * 4.0 * out + (input_grad ? 2.0 * share * 4.0 * in : 0.0);
-  }
-  if (dynamic_cast<nn::ColumnParallelLinear*>(&layer) != nullptr) {
-    return input_grad ? 2.0 * share * 4.0 * in : 0.0;
-  }
-  if (dynamic_cast<nn::RowParallelLinear*>(&layer) != nullptr) return 2.0 * share * 4.0 * out;
-  return 0.0;
 }
 
 }  // namespace
@@ -183,8 +153,10 @@ double Hybrid::predicted_stage_tensor_bytes(std::int64_t samples) const {
     const std::int64_t size = samples * (k + 1) / m - samples * k / m;
     for (std::size_t i = range.begin; i < range.end; ++i) {
       const bool input_grad = i > lowest || stage_input_grad;
-      bytes += tensor_layer_bytes(*model.layers()[i], shape_after(model, i, size), input_grad,
-                                  grid_->shape().tp);
+      // nn/tensor_parallel_cost.h: the split layers' allreduces and all-gathers.
+      bytes += nn::tensor_parallel_layer_cost(*model.layers()[i], shape_after(model, i, size),
+                                              input_grad, grid_->shape().tp)
+                   .bytes;
     }
   }
   return bytes;

@@ -36,10 +36,18 @@ TensorParallel::TensorParallel(const StrategyContext& context)
     split_ = nn::build_gpt_tensor_parallel(spec, group_);
   } else if (spec.name == "mlp" && (style == "auto" || style == "allgather")) {
     split_ = nn::build_mlp_tensor_parallel(spec, group_);
+  } else if (spec.name == "layers") {
+    // Linears as the built-in MLP's (auto, allgather) or in Megatron's pairs; attention and
+    // transformer blocks always by heads (nn/layer_list_tensor_parallel.h).
+    split_ = nn::build_layer_list_tensor_parallel(
+        spec.layer_list,
+        nn::LayerListInput{spec.input, spec.num_classes, spec.init, spec.init_sigma}, group_,
+        style == "megatron" ? nn::LinearSplit::kMegatron : nn::LinearSplit::kAllGather);
   } else {
     throw ConfigError(fmt::format(
         "tensor_parallel.style = \"{}\" does not split model.name = \"{}\": megatron splits "
-        "\"gpt\", allgather splits \"mlp\" (auto picks the one that fits)",
+        "\"gpt\", allgather splits \"mlp\", both split \"layers\" (auto picks the one that "
+        "fits)",
         style, spec.name));
   }
   const nn::ParamStore& full = context_.model.store();

@@ -3,7 +3,9 @@
 //
 // Two splits (tensor_parallel.style): megatron for the GPT (below) and seed 003's all-gather form
 // for the MLP (nn/model_mlp_tensor_parallel.h: each Linear's outputs split, activations
-// all-gathered, their gradients all-reduced); everything else here holds for both.
+// all-gathered, their gradients all-reduced); a layer list (model.name = "layers") takes either
+// for its Linears (auto: all-gather, as the MLP) and splits its attention and transformer blocks
+// by heads (nn/layer_list_tensor_parallel.h); everything else here holds for all of them.
 //
 // What it computes. Every rank builds the whole GPT (same seed, the Trainer's model) and, from it,
 // its part of the split model (nn/model_gpt_tensor_parallel.h): each transformer block's attention
@@ -35,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/nn/layer_list_tensor_parallel.h"
 #include "dtrain/nn/model_gpt_tensor_parallel.h"
 #include "dtrain/nn/model_mlp_tensor_parallel.h"
 #include "dtrain/parallel/comm_group.h"

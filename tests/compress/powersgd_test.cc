@@ -1,6 +1,7 @@
 // PowerSGD (powersgd.h): the matrix shape of n elements; with rank = min(rows, cols) the
 // approximation is exact; at a lower rank the warm-started power iteration's error on a fixed
-// matrix does not grow from step to step and approaches the best rank-r error.
+// matrix does not grow from step to step and approaches the best rank-r error; project_out
+// removes exactly the span of P.
 #include "dtrain/compress/powersgd.h"
 
 #include <gtest/gtest.h>
@@ -97,6 +98,48 @@ TEST(PowerSgd, ThePaddingIsZeroAtEveryStep) {
     b.compress(padded.data(), yb.data());
     for (std::size_t i = 0; i < ya.size(); ++i) ASSERT_EQ(ya[i], yb[i]) << step << " " << i;
   }
+}
+
+// project_out (momentum correction's masking): x - P (P^T x), against the product done in double,
+// on a padded near-square view (1000 elements as 32 x 32) and on a tensor's own shape.
+TEST(PowerSgd, ProjectOutRemovesTheSpanOfP) {
+  PowerSgd power(1000, 3, 6);
+  const std::vector<float> m = testing::random_values(1000, 61);
+  power.compute_p(m.data());
+  power.orthogonalize();
+  const std::vector<float> x = testing::random_values(1000, 62);
+  std::vector<float> y(x);
+  power.project_out(y.data());
+  const std::int64_t rows = power.rows(), cols = power.cols();
+  const float* p = power.p();
+  for (std::int64_t c = 0; c < cols; ++c) {
+    std::vector<double> along(3, 0.0);
+    for (int k = 0; k < 3; ++k) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t i = r * cols + c;
+        along[k] += double{p[r * 3 + k]} * (i < 1000 ? x[i] : 0.0);
+      }
+    }
+    for (std::int64_t r = 0; r < rows && r * cols + c < 1000; ++r) {
+      const std::int64_t i = r * cols + c;
+      double want = x[i];
+      for (int k = 0; k < 3; ++k) want -= double{p[r * 3 + k]} * along[k];
+      ASSERT_NEAR(y[i], want, 1e-5) << "element " << i;
+    }
+  }
+  // Unpadded (a 20 x 30 tensor), a second projection changes nothing (to rounding): no part along
+  // P was left. (Padded, the part that P P^T x puts in the padding is dropped, as decode drops it.)
+  PowerSgd matrix(LowRankShape{20, 30}, 2, 7);
+  const std::vector<float> m2 = testing::random_values(600, 63);
+  matrix.compute_p(m2.data());
+  matrix.orthogonalize();
+  std::vector<float> once = testing::random_values(600, 64);
+  const std::vector<float> before(once);
+  matrix.project_out(once.data());
+  std::vector<float> twice(once);
+  matrix.project_out(twice.data());
+  EXPECT_GT(distance(once, before), 0.1);
+  EXPECT_LT(distance(twice, once), 1e-5 * distance(once, std::vector<float>(600, 0.0f)));
 }
 
 TEST(PowerSgd, AllRanksWithOneSeedStartFromTheSameQ) {

@@ -46,6 +46,20 @@ TEST_F(CompressionResumeTest, ResumeOnAsManyRanksEqualsTheUninterruptedRun) {
   }
 }
 
+// PowerSGD with momentum correction: each rank's velocity (masked in the subspace sent) is in the
+// checkpoint beside the residual and Q, so the resume is bitwise too.
+TEST_F(CompressionResumeTest, PowerSgdMomentumCorrectionResumesBitwise) {
+  Config config = compressed("powersgd:1");
+  config.optim.momentum = 0.0;
+  config.data_parallel.momentum_correction = 0.9;
+  const std::vector<float> uninterrupted = allreduce_training(config, 2);
+  const std::string run = dir("powersgd_momentum");
+  Config first = config;
+  first.train.epochs = 1;
+  allreduce_training(first, 2, run);
+  EXPECT_EQ(allreduce_training(config, 2, run, /*resume=*/true), uninterrupted);
+}
+
 // Robust aggregation with worker momentum (robust_reducer.h): each rank's momentum is in the
 // checkpoint as a residual is, so the resume on as many ranks is bitwise too.
 TEST_F(CompressionResumeTest, WorkerMomentumResumesBitwise) {

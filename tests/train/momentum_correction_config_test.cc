@@ -1,6 +1,6 @@
 // data_parallel.momentum_correction (DGC; docs/COMPRESSION.md) is refused, naming the key and what
-// it needs, where it cannot work: a codec that is not a sparsifier (none, casts, sign, QSGD,
-// PowerSGD), error feedback off, an optimizer other than SGD, or SGD's own momentum still on.
+// it needs, where it cannot work: a codec that is not a sparsifier or PowerSGD (none, casts, sign,
+// QSGD), error feedback off, an optimizer other than SGD, or SGD's own momentum still on.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -15,7 +15,7 @@ namespace {
 TEST(MomentumCorrectionConfig, NeedsACodecWithErrorFeedbackAndNoOptimizerMomentum) {
   const std::vector<std::vector<std::string>> bad = {
       {"data_parallel.compression=none"},
-      {"data_parallel.compression=powersgd:2"},
+      {"data_parallel.compression=powersgd:2", "data_parallel.error_feedback=false"},
       {"data_parallel.compression=topk:0.01", "data_parallel.error_feedback=false"},
       {"data_parallel.compression=topk:0.01", "optim.momentum=0.9"},
       // A cast or sign sends every element: factor masking would zero the momentum each step.
@@ -36,11 +36,13 @@ TEST(MomentumCorrectionConfig, NeedsACodecWithErrorFeedbackAndNoOptimizerMomentu
           << e.what();
     }
   }
-  Config good;
-  good.optim.momentum = 0.0;
-  apply_override(good, "data_parallel.compression=topk:0.01");
-  apply_override(good, "data_parallel.momentum_correction=0.9");
-  EXPECT_NO_THROW(validate(good));
+  for (const char* codec : {"topk:0.01", "randomk:0.01", "powersgd:2"}) {
+    Config good;
+    good.optim.momentum = 0.0;
+    apply_override(good, std::string("data_parallel.compression=") + codec);
+    apply_override(good, "data_parallel.momentum_correction=0.9");
+    EXPECT_NO_THROW(validate(good)) << codec;
+  }
 }
 
 }  // namespace

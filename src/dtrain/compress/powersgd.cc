@@ -90,6 +90,17 @@ void PowerSgd::decode(float* out) {
   std::copy(matrix_.begin(), matrix_.begin() + n_, out);
 }
 
+void PowerSgd::project_out(float* x) {
+  // In the padded matrix, so that a near-square view past n reads zeros.
+  std::fill(std::copy(x, x + n_, matrix_.begin()), matrix_.end(), 0.0f);
+  scratch_.resize(static_cast<std::size_t>(rank_ * shape_.cols));
+  tensor::gemm(tensor::Trans::kYes, tensor::Trans::kNo, rank_, shape_.cols, shape_.rows, 1.0f,
+               p_.data(), rank_, matrix_.data(), shape_.cols, 0.0f, scratch_.data(), shape_.cols);
+  tensor::gemm(tensor::Trans::kNo, tensor::Trans::kNo, shape_.rows, shape_.cols, rank_, -1.0f,
+               p_.data(), rank_, scratch_.data(), shape_.cols, 1.0f, matrix_.data(), shape_.cols);
+  std::copy(matrix_.begin(), matrix_.begin() + n_, x);
+}
+
 void PowerSgd::compress(const float* x, float* out) {
   compute_p(x);
   orthogonalize();

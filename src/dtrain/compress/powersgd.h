@@ -67,6 +67,12 @@ class PowerSgd {
   void compute_q();
   // out (n) = the first n elements of P Q^T. Overwrites the matrix M (no longer needed).
   void decode(float* out);
+  // x (n elements, viewed as the rows x cols matrix) -= P (P^T x), after orthogonalize(): x
+  // without its part in the span of P's columns, the subspace this step sends. Momentum correction
+  // restarts a velocity there (compressed_reducer.h). With a padded view, what P P^T x puts in the
+  // padding is dropped, as decode() drops it. 4 rows cols rank flops; overwrites the matrix M, as
+  // decode() does.
+  void project_out(float* x);
   // One rank's whole step without collectives: out = P^ Q^T for x (warm start kept).
   void compress(const float* x, float* out);
 
@@ -74,9 +80,10 @@ class PowerSgd {
   std::int64_t n_;
   LowRankShape shape_;
   int rank_;
-  std::vector<float> matrix_;  // rows x cols
-  std::vector<float> p_;       // rows x rank
-  std::vector<float> q_;       // cols x rank
+  std::vector<float> matrix_;   // rows x cols
+  std::vector<float> p_;        // rows x rank
+  std::vector<float> q_;        // cols x rank
+  std::vector<float> scratch_;  // rank x cols: P^T x in project_out()
 };
 
 }  // namespace dtrain::compress

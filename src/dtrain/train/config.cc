@@ -428,8 +428,9 @@ std::vector<Field> fields(Config& c) {
                    0),
       {"data_parallel", "momentum_correction", &dp.momentum_correction,
        "beta > 0: Deep Gradient Compression's momentum correction and factor masking (each rank's "
-       "velocity u = beta u + g goes through the codec, sent elements restart their u); "
-       "optim.momentum must be 0, the codec not powersgd, error feedback on",
+       "velocity u = beta u + g goes through the codec, sent elements restart their u; powersgd: "
+       "u's part in the subspace sent); optim.momentum must be 0, the codec topk, randomk or "
+       "powersgd, error feedback on",
        0, 1, false, true},
       {"data_parallel", "aggregator", &dp.aggregator,
        "Byzantine-robust aggregation of the ranks' gradients (docs/ROBUST.md): mean (the plain "
@@ -1415,17 +1416,20 @@ void validate_impl(const Config& config, const Provenance& provenance,
     }
   }
   if (dp.momentum_correction > 0.0) {
-    // Factor masking restarts the velocity of the elements sent: only a sparsifier leaves the
-    // others to accumulate (a cast or sign sends every element, and the momentum would vanish),
-    // and it is plain SGD's momentum moved into the codec's input (Adam keeps its own moments).
+    // Factor masking restarts the velocity of what was sent: only a sparsifier (or PowerSGD,
+    // whose masked part is a rank-r subspace) leaves the rest to accumulate (a cast or sign sends
+    // every element, and the momentum would vanish), and it is plain SGD's momentum moved into the
+    // codec's input (Adam keeps its own moments).
     const compress::CodecKind kind = compress::parse_codec(dp.compression).kind;
-    const bool sparsifier =
-        kind == compress::CodecKind::kTopk || kind == compress::CodecKind::kRandomk;
+    const bool sparsifier = kind == compress::CodecKind::kTopk ||
+                            kind == compress::CodecKind::kRandomk ||
+                            kind == compress::CodecKind::kPowerSgd;
     if (!sparsifier || dp.error_feedback == "false" || config.optim.momentum != 0.0 ||
         config.optim.name != "sgd") {
       throw ConfigError(fmt::format(
           "config key '{}' = {} ({}) moves SGD's momentum into a sparsifier's input (Deep "
-          "Gradient Compression): it needs data_parallel.compression = topk:R or randomk:R (now "
+          "Gradient Compression): it needs data_parallel.compression = topk:R, randomk:R or "
+          "powersgd:R (now "
           "\"{}\"), error feedback on or auto (now {}), optim.name = \"sgd\" (now \"{}\") and "
           "optim.momentum = 0 (now {}; set the same beta here instead)",
           key("data_parallel.momentum_correction"), dp.momentum_correction,

@@ -30,7 +30,7 @@ CompressedReducer::CompressedReducer(const ReducerContext& context, const compre
       codec_(compress::make_codec(spec)),
       momentum_correction_(momentum_correction) {
   DTRAIN_CHECK(spec.kind != compress::CodecKind::kNone, "the compressed reducer needs a codec");
-  DTRAIN_CHECK(momentum_correction == 0.0f || (codec_ && spec.error_feedback),
+  DTRAIN_CHECK(momentum_correction == 0.0f || spec.error_feedback,
                "momentum correction needs a codec with error feedback (not {})", spec.text());
   gather_options_.algorithm.clear();
   std::int64_t size = 0, largest = 0;
@@ -190,8 +190,11 @@ void CompressedReducer::plan_pieces(std::size_t b, std::vector<std::string>& exa
 void CompressedReducer::reduce_powersgd(std::size_t b, const GradientBucket& bucket, float* grads) {
   comm::Communicator& comm = context_.comm;
   BucketState& state = states_[b];
+  // Momentum correction: the velocity u = beta u + g goes through error feedback and the factors.
+  float* velocity = velocity_.empty() ? nullptr : accumulate_velocity(bucket, grads);
+  const float* input = velocity != nullptr ? velocity : grads;
   const float* matrix =
-      feedback_ ? feedback_->compensate(bucket.offset, grads, bucket.count) : grads;
+      feedback_ ? feedback_->compensate(bucket.offset, input, bucket.count) : input;
   // First allreduce: every matrix's P = M Q and the exact elements.
   float* at = state.first.data();
   for (LowRankPiece& piece : state.pieces) {
@@ -205,7 +208,9 @@ void CompressedReducer::reduce_powersgd(std::size_t b, const GradientBucket& buc
   comm.allreduce(state.first.data(), std::ssize(state.first), DType::kF32, comm::ReduceOp::kSum,
                  context_.collective);
   // Orthogonalize, Q = M^T P; the exact elements are final; error feedback keeps what this rank's
-  // own P^ Q^T leaves out (the exact elements leave nothing).
+  // own P^ Q^T leaves out (the exact elements leave nothing). Momentum correction's factor masking,
+  // in a low-rank piece's terms: the velocity's part in the span of P^ (what this step sends)
+  // restarts at 0, u -= P^ P^T u; a piece sent exactly restarts whole, as top-k's sent elements.
   const float* from = state.first.data();
   float* q_at = state.second.data();
   for (LowRankPiece& piece : state.pieces) {
@@ -215,9 +220,11 @@ void CompressedReducer::reduce_powersgd(std::size_t b, const GradientBucket& buc
       piece.power->orthogonalize();
       piece.power->compute_q();
       if (feedback_) piece.power->decode(sent_.data() + piece.offset);
+      if (velocity != nullptr) piece.power->project_out(velocity + piece.offset);
       q_at = std::copy_n(piece.power->q(), piece.power->q_count(), q_at);
     } else {
       if (feedback_) std::copy_n(matrix + piece.offset, piece.count, sent_.data() + piece.offset);
+      if (velocity != nullptr) std::fill_n(velocity + piece.offset, piece.count, 0.0f);
       std::copy_n(from, piece.count, grads + piece.offset);
       from += piece.count;
     }

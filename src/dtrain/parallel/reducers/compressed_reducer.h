@@ -60,7 +60,9 @@ class CompressedReducer final : public GradientReducer {
   // feedback and the codec instead of g; elements the codec sent restart their u at 0 (factor
   // masking), so that a kept element's old momentum is not sent twice. During the warm-up u is
   // allreduced exactly (the sum of the ranks' u is the momentum of the summed gradient). The
-  // optimizer's own momentum must then be 0. Not for PowerSGD.
+  // optimizer's own momentum must then be 0. PowerSGD masks a subspace instead of elements: each
+  // matrix's u loses its part in the span of this step's P^ (u -= P^ P^T u, 4 rows cols r flops),
+  // the tensors it sends exactly restart at 0.
   CompressedReducer(const ReducerContext& context, const compress::CodecSpec& spec,
                     std::uint64_t seed, std::int64_t warmup_steps = 0,
                     float momentum_correction = 0.0f);

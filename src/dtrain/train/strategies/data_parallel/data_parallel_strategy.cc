@@ -390,8 +390,11 @@ std::vector<std::string> DataParallel::describe() const {
                         codec_.text(), compress::exchange_name(codec_.exchange()),
                         codec_.error_feedback ? "on" : "off",
                         context_.config.data_parallel.momentum_correction > 0.0
-                            ? fmt::format(", momentum correction {} (DGC)",
-                                          context_.config.data_parallel.momentum_correction)
+                            ? fmt::format(", momentum correction {} ({})",
+                                          context_.config.data_parallel.momentum_correction,
+                                          codec_.kind == compress::CodecKind::kPowerSgd
+                                              ? "DGC's, the subspace sent masked"
+                                              : "DGC")
                             : std::string())};
   if (onebit_ != nullptr) {
     const std::int64_t n = context_.model.store().num_params();

@@ -13,6 +13,8 @@
 #include <fstream>
 
 #include "dtrain/base/error.h"
+#include "dtrain/train/atomic_file.h"
+#include "dtrain/train/checkpoint.h"
 #include "dtrain/train/config.h"
 #include "dtrain/train/launch.h"
 #include "dtrain/train/trainer.h"
@@ -142,6 +144,41 @@ TEST_F(LocalSgdTest, ResumeContinuesBitwise) {
   allreduce_training(first, 2, run_dir);
   const std::vector<float> resumed = allreduce_training(config, 2, run_dir, /*resume=*/true);
   EXPECT_EQ(resumed, uninterrupted);
+}
+
+// Checkpoints on a clock wait for the next average (the replicas equal, no local steps pending):
+// with period 4, a checkpoint due every 3 steps is taken after steps 4 and 8 (and the epoch's end),
+// never 3 or 6; the checkpoints do not change the training, and a resume from one inside an epoch
+// continues bitwise.
+TEST_F(LocalSgdTest, CheckpointsInsideEpochsWaitForTheNextAverageAndResumeBitwise) {
+  Config config = local_sgd_config(4);
+  config.train.checkpoint_every_steps = 3;
+  config.train.keep_checkpoints = 0;  // every one
+  const std::string full = dir("full");
+  const std::vector<float> uninterrupted = allreduce_training(config, 2, full);
+  EXPECT_EQ(uninterrupted, allreduce_training(local_sgd_config(4), 2));
+  const fs::path checkpoints = fs::path(full) / "checkpoints";
+  EXPECT_TRUE(fs::exists(checkpoints / "epoch-0-step-4.ckpt"));
+  EXPECT_TRUE(fs::exists(checkpoints / "epoch-0-step-8.ckpt"));
+  EXPECT_TRUE(fs::exists(checkpoints / "epoch-1-step-14.ckpt"));
+  EXPECT_FALSE(fs::exists(checkpoints / "epoch-0-step-3.ckpt"));
+  EXPECT_FALSE(fs::exists(checkpoints / "epoch-0-step-6.ckpt"));
+  for (const char* cut : {"epoch-0-step-8.ckpt", "epoch-1-step-14.ckpt"}) {
+    SCOPED_TRACE(cut);
+    const std::string run = dir(fmt::format("cut-{}", cut));
+    fs::copy(full, run, fs::copy_options::recursive);
+    const std::int64_t cut_step = read_checkpoint((checkpoints / cut).string()).global_step;
+    for (const auto& entry : fs::directory_iterator(fs::path(run) / "checkpoints")) {
+      if (entry.path().filename() != "latest" &&
+          read_checkpoint(entry.path().string()).global_step > cut_step) {
+        fs::remove(entry.path());
+      }
+    }
+    write_file_atomically((fs::path(run) / "checkpoints" / "latest").string(),
+                          std::string(cut) + "\n");
+    fs::remove(fs::path(run) / "summary.json");
+    EXPECT_EQ(allreduce_training(config, 2, run, /*resume=*/true), uninterrupted);
+  }
 }
 
 // An evaluation in the middle of an epoch (which averages the replicas to evaluate them) gives

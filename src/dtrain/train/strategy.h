@@ -135,9 +135,13 @@ class Strategy {
   // keeps state per rank (replicas that differ).
   virtual bool reshards_checkpoints() const { return false; }
   // Whether a checkpoint may be taken between two steps of an epoch (checkpoints on a clock, a
-  // stop on SIGTERM) and resume exactly there; false where the strategy keeps step counters of
-  // its own that a checkpoint does not hold (local SGD's steps since the last average).
+  // stop on SIGTERM) and resume exactly there.
   virtual bool checkpoints_mid_epoch() const { return true; }
+  // Whether the step just run left a state a checkpoint holds whole; false where the strategy
+  // keeps step state of its own that a checkpoint does not (local SGD's replicas between two
+  // averages). A checkpoint or stop due at another step waits for the next step where it is true,
+  // or the epoch's end. The same on every rank after the same step.
+  virtual bool can_checkpoint_now() const { return true; }
   // Restores what checkpoint_state() stored (`state`), on every rank. `path` names the file.
   virtual void restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
                              optim::Optimizer& optimizer, const std::string& path);

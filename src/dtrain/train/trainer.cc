@@ -574,7 +574,8 @@ RunSummary Trainer::run() {
     return {flags[0], flags[1] != 0};
   };
   int stopped_by = 0;
-  bool saved_at_stop = false;  // whether the stop wrote a checkpoint (not: local SGD mid-epoch)
+  bool checkpoint_pending = false;  // due (steps, clock) while the strategy could not take it
+  bool saved_at_stop = false;       // whether the stop wrote a checkpoint
   const FaultSpec fault = parse_fault(config_.parallel.inject_fault);
   // Under mpirun with one rank per process, a failing rank is a dying process.
   const bool process_rank = comm::launched_by_mpirun() && config_.parallel.workers == 1;
@@ -747,14 +748,19 @@ RunSummary Trainer::run() {
         const auto [signal, time_due] = control();
         const EpochCarry so_far{epoch_loss_sum, static_cast<double>(epoch_correct), epoch_samples,
                                 epoch_seconds};
-        if (mid_epoch && (signal != 0 || step_due || time_due)) {
+        // A checkpoint or a stop that falls between two of the strategy's checkpointable steps
+        // (local SGD between averages) waits for the next one; the epoch's end is one.
+        const bool boundary = strategy_->can_checkpoint_now();
+        checkpoint_pending = checkpoint_pending || step_due || time_due;
+        if (mid_epoch && boundary && (signal != 0 || checkpoint_pending)) {
           save(epoch, step_in_epoch * batch, so_far, /*fatal=*/signal != 0);
           since_checkpoint.reset();
+          checkpoint_pending = false;
           saved_at_stop = signal != 0;
-        } else if (mid_epoch && memory_due()) {
+        } else if (mid_epoch && boundary && memory_due()) {
           save(epoch, step_in_epoch * batch, so_far, /*fatal=*/false, /*to_memory=*/true);
         }
-        if (signal != 0) {
+        if (signal != 0 && (boundary || !mid_epoch)) {
           stopped_by = signal;
           break;
         }
@@ -816,10 +822,11 @@ RunSummary Trainer::run() {
         t.checkpoint_every_steps > 0 && global_step % t.checkpoint_every_steps == 0;
     // Every rank takes part (the strategy's state may be gathered); rank 0 writes.
     if (strategy_->keeps_checkpoints() &&
-        (last || signal != 0 || step_due || time_due ||
+        (last || signal != 0 || step_due || time_due || checkpoint_pending ||
          (t.checkpoint_every > 0 && (epoch + 1) % t.checkpoint_every == 0))) {
       save(epoch + 1, 0, EpochCarry{}, /*fatal=*/last || signal != 0);
       since_checkpoint.reset();
+      checkpoint_pending = false;
       saved_at_stop = signal != 0;
     } else if (mid_epoch && memory_due()) {
       save(epoch + 1, 0, EpochCarry{}, /*fatal=*/false, /*to_memory=*/true);

@@ -61,7 +61,9 @@ class LocalSgd final : public Strategy {
   void before_evaluation() override;
   void after_evaluation() override;
   std::vector<optim::StateTensor> checkpoint_state(const optim::Optimizer& optimizer) override;
-  bool checkpoints_mid_epoch() const override { return false; }
+  // Right after an average (the replicas equal, no local steps pending): checkpoints on a clock
+  // and stops wait for it (at most period - 1 steps).
+  bool can_checkpoint_now() const override { return local_steps_ == 0; }
   void restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
                      optim::Optimizer& optimizer, const std::string& path) override;
   std::vector<std::string> describe() const override;

@@ -69,6 +69,17 @@ echo "ok: mean and median learn; with one rank sending -10 g the mean fails, med
   fail "sweep.csv lacks the two aggregators: $(cat "$TMP/sweep/sweep.csv")"
 echo "ok: dtrain sweep --aggregator mean,median --attack signflip --byzantine 1"
 
+# A --set that holds only with the axis's values (worker momentum needs a robust aggregator) is
+# checked per point, not against the config file's aggregator (mean).
+"$DTRAIN" sweep --config $CONFIG --set data.synthetic_samples=1024 --epochs 1 --workers 4 \
+  --aggregator median --set data_parallel.worker_momentum=0.9 --set optim.momentum=0 \
+  --out "$TMP/sweep_wm" > "$TMP/sweep_wm.txt" 2>&1 ||
+  fail "sweep --aggregator median with worker momentum: $(cat "$TMP/sweep_wm.txt")"
+expect_error "needs robust aggregation" sweep --config $CONFIG --epochs 1 --workers 4 \
+  --aggregator median,mean --set data_parallel.worker_momentum=0.9 --set optim.momentum=0 \
+  --out "$TMP/sweep_wm_mean"
+echo "ok: sweep --aggregator median --set data_parallel.worker_momentum=0.9"
+
 expect_error "n > 2f + 2 = 4" train --config $CONFIG --workers 4 --aggregator krum --byzantine 1 \
   --out "$TMP/bad1"
 expect_error "data_parallel.aggregator.*mode" train --config $CONFIG --workers 4 --aggregator mode \

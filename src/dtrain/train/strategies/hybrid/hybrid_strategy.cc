@@ -54,14 +54,6 @@ std::int64_t numel_after(const nn::Model& model, std::size_t layers, std::int64_
 Hybrid::Hybrid(const StrategyContext& context) : Strategy(context) {
   comm::Communicator& world = required_communicator(context, "hybrid");
   const parallel::GridShape shape = grid_shape(context.config);
-  if (shape.tp > 1 && shape.pp > 1 && context.config.pipeline.partition == "balanced") {
-    // Each tensor rank measures its own layer times: the T pipelines could cut differently, and
-    // the tensor group's collectives would then not match.
-    throw ConfigError(fmt::format(
-        "hybrid.tp = {} with hybrid.pp = {} and pipeline.partition = \"balanced\": the tensor "
-        "ranks' pipelines must cut alike; use pipeline.partition = \"layers\"",
-        shape.tp, shape.pp));
-  }
   const bool zero1 = context.config.data_parallel.zero_stage == "1";
   if (zero1 && !optim::updates_in_parts(context.config.optim.name)) {
     throw ConfigError(fmt::format(
@@ -87,12 +79,14 @@ Hybrid::Hybrid(const StrategyContext& context) : Strategy(context) {
     model = &tensor_->split_model();
     StrategyContext stages{context.config, *model,        &group,       group.rank(),
                            group.size(),   context.trace, context.local};
-    auto pipeline = std::make_unique<Pipeline>(stages);
+    // A balanced cut from every rank's timings: the T x D pipelines cut alike, so the tensor
+    // group's collectives and the data group's sums meet stage by stage.
+    auto pipeline = std::make_unique<Pipeline>(stages, &world);
     pipeline->set_data_replica(grid_->coords().dp, shape.dp);
     pipeline_ = pipeline.get();
     inner_ = std::move(pipeline);
   } else if (shape.pp > 1) {
-    auto pipeline = std::make_unique<Pipeline>(inner);
+    auto pipeline = std::make_unique<Pipeline>(inner, &world);
     pipeline->set_data_replica(grid_->coords().dp, shape.dp);
     pipeline_ = pipeline.get();
     inner_ = std::move(pipeline);

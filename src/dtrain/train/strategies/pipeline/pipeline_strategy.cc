@@ -236,7 +236,7 @@ class Pipeline::StageWork final : public pp::StageCompute {
   double update_lr_ = 0.0;                   // of the last backward
 };
 
-Pipeline::Pipeline(const StrategyContext& context)
+Pipeline::Pipeline(const StrategyContext& context, comm::Communicator* cut_group)
     : Strategy(context),
       comm_(required_communicator(context, "pipeline")),
       stage_(comm_.rank()),
@@ -247,13 +247,15 @@ Pipeline::Pipeline(const StrategyContext& context)
   const int p = comm_.size();
   const std::size_t layers = model.layers().size();
   if (context_.config.pipeline.partition == "balanced") {
-    // Every rank measures; the mean over ranks is the same everywhere, and so is the cut.
+    // Every rank measures; the sum over the ranks that cut together is the same on each, and so
+    // is the cut.
     const std::int64_t micro = std::max<std::int64_t>(
         1, context_.config.train.batch_size / context_.config.pipeline.micro_batches);
     nn::partition_by_count(layers, p);  // the layer-count error first, before measuring
     std::vector<double> costs =
         nn::measure_layer_costs(model, tensor::Tensor::zeros(shape_after(model, 0, micro)));
-    comm_.allreduce(costs.data(), static_cast<std::int64_t>(costs.size()), DType::kF64,
+    comm::Communicator& agree = cut_group != nullptr ? *cut_group : comm_;
+    agree.allreduce(costs.data(), static_cast<std::int64_t>(costs.size()), DType::kF64,
                     comm::ReduceOp::kSum);
     stages_ = nn::partition_balanced(costs, p);
   } else {

@@ -69,8 +69,10 @@ namespace dtrain::train {
 class Pipeline final : public Strategy {
  public:
   // Cuts the model (ConfigError naming both numbers when it has fewer layers than ranks) and
-  // reserves this stage's activation slots.
-  explicit Pipeline(const StrategyContext& context);
+  // reserves this stage's activation slots. `cut_group`: the ranks whose layer timings decide a
+  // balanced cut together (pipeline.partition = "balanced"): the hybrid grid's world, so that every
+  // data replica and tensor rank cuts its pipeline alike; null: this pipeline's own ranks.
+  explicit Pipeline(const StrategyContext& context, comm::Communicator* cut_group = nullptr);
   ~Pipeline() override;
   // Under the hybrid grid: this pipeline is replica `replica` of `replicas` on the data axis, and
   // its dropout streams are those of that data-parallel rank (accumulating the micro-batches).

@@ -3,7 +3,7 @@
 # 64 x 64 synthetic images over 2 ranks through examples/synthetic_spatial.toml's convolutions,
 # batch norm and pools and follows one worker to rounding; summary.json's bytes per step equal the
 # formula's; a resumed run ends where the uninterrupted one does; the same run under mpirun (2
-# processes); splits that cannot be done are one line, exit 2; `dtrain bench spatial` prints its
+# processes); the ResNet split through its residual blocks likewise, threads and mpirun; splits that cannot be done are one line, exit 2; `dtrain bench spatial` prints its
 # rows (no timing asserted).
 # Usage: bash spatial_e2e_test.sh /path/to/dtrain   (run by ctest as apps.spatial_e2e_test)
 set -euo pipefail
@@ -59,6 +59,36 @@ PY
   echo "ok: mpirun -np 2 --strategy spatial equals the threads' run"
 fi
 
+# The ResNet (width 2, one block per stage) on 32 x 32 images: split through its residual blocks,
+# stride-2 convolutions and global pool, nothing gathered.
+RESNET=(--config examples/synthetic_quick.toml --set data.synthetic_shape=[1,32,32]
+        --set data.synthetic_samples=64 --set data.synthetic_test_samples=16
+        --set model.name=resnet --set model.resnet_width=2 --set train.batch_size=16
+        --set parallel.allreduce=\"ring\" --quiet)
+"$DTRAIN" train "${RESNET[@]}" --epochs 1 --out "$TMP/res1"
+"$DTRAIN" train "${RESNET[@]}" --epochs 1 --strategy spatial --workers 2 --out "$TMP/res2"
+python3 - "$TMP/res1" "$TMP/res2" <<'PY' || fail "the spatial ResNet does not follow one worker"
+import json, sys
+one, sp = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
+assert abs(sp["final_train_loss"] - one["final_train_loss"]) <= 1e-5 * abs(one["final_train_loss"]), (sp["final_train_loss"], one["final_train_loss"])
+p = sp["parallel"]
+assert p["gathered_before"] == "" and p["split_layers"] == 7, p
+assert p["bytes_sent_per_step_per_rank"] == p["bytes_sent_per_step_per_rank_predicted"] > 0, p
+assert all(r["gather_bytes_sent_per_step"] == 0 for r in p["per_spatial_rank"]), p
+PY
+echo "ok: the ResNet split through its blocks follows one worker; bytes equal the formula"
+if command -v mpirun > /dev/null; then
+  "${MPIRUN[@]}" -np 2 "$DTRAIN" train "${RESNET[@]}" --epochs 1 --strategy spatial \
+    --out "$TMP/res_mpi" || fail "mpirun -np 2 spatial ResNet failed"
+  python3 - "$TMP/res2" "$TMP/res_mpi" <<'PY' || fail "the spatial ResNet under mpirun differs"
+import json, sys
+a, b = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
+assert a["final_train_loss"] == b["final_train_loss"], (a["final_train_loss"], b["final_train_loss"])
+assert b["parallel"]["bytes_sent_per_step_per_rank"] == a["parallel"]["bytes_sent_per_step_per_rank"], b
+PY
+  echo "ok: mpirun -np 2 spatial ResNet equals the threads' run"
+fi
+
 expect_error "images of 64 rows do not split evenly over 3 ranks" train "${SMALL[@]}" \
   --strategy spatial --workers 3 --out "$TMP/bad1"
 expect_error "no convolution to split" train --config examples/synthetic_quick.toml --quiet \
@@ -76,6 +106,16 @@ rows = json.load(open(sys.argv[1]))
 assert [r["ranks"] for r in rows] == [1, 2], rows
 assert all(r["bench"] == "spatial" and r["forward_ms"] > 0 and r["backward_cpu_ms"] > 0 for r in rows), rows
 assert rows[1]["halo_bytes_per_layer_per_neighbour"] == 4 * 4 * 16 * 16, rows
+PY
+"$DTRAIN" bench spatial --model resnet --resolutions 16 --ranks 1,2 --rounds 1 --iterations 1 \
+  --batch 2 --channels 2 --layers 1 --json > "$TMP/bench_resnet.json"
+python3 - "$TMP/bench_resnet.json" <<'PY' || fail "dtrain bench spatial --model resnet rows"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [r["ranks"] for r in rows] == [1, 2], rows
+# rank 0, forward: 4 B C W x (top rows) per convolution: conv1 (1 x 16) + 2 x (2 x 16) (stage 1)
+# + 2 x 16 + 4 x 8 (stage 2; the 1x1 projection has no halo) + 4 x 8 + 8 x 4 (stage 3) = 208.
+assert rows[1]["halo_bytes_forward_rank0"] == 4 * 2 * 208, rows
 PY
 expect_error "resolution 15 does not split evenly over 2 ranks" bench spatial --resolutions 15
 echo "ok: dtrain bench spatial"

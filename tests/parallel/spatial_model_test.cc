@@ -140,7 +140,8 @@ TEST_P(SpatialModelSweep, BandsGiveTheUnsplitModelsOutputAndGradients) {
     const int neighbours = (comm.rank() > 0) + (comm.rank() + 1 < ranks);
     std::int64_t expected = 0;
     for (const auto& halo : split.halos) {
-      expected += 2 * neighbours * 4 * kBatch * halo.channels * halo.rows * halo.width;
+      EXPECT_EQ(halo.top, halo.bottom);  // stride 1, "same": p rows each side
+      expected += 2 * neighbours * 4 * kBatch * halo.channels * halo.top * halo.width;
     }
     EXPECT_EQ(sent, expected) << "rank " << comm.rank();
   });
@@ -196,12 +197,25 @@ TEST(SpatialModelTest, SplitsThatCannotBeDoneAreRefusedWithTheNumbers) {
   mlp.name = "mlp";
   EXPECT_NE(refusal(*nn::build_model(mlp), 2).find("no convolution to split"), std::string::npos)
       << refusal(*nn::build_model(mlp), 2);
-  // A strided convolution.
-  nn::Model strided(tensor::Shape{1, 8, 8});
+  // A strided convolution on bands of 3 rows: its output rows would straddle the bands.
+  nn::Model strided(tensor::Shape{1, 6, 8});
   strided.add(std::make_unique<nn::Conv2d>("conv", 1, 2, 3, 2, 1));
   strided.add(std::make_unique<nn::Flatten>("flatten"));
   strided.build();
-  EXPECT_NE(refusal(strided, 2).find("has stride 2"), std::string::npos) << refusal(strided, 2);
+  EXPECT_NE(refusal(strided, 2).find("has stride 2, but each of the 2 ranks holds 3 rows there"),
+            std::string::npos)
+      << refusal(strided, 2);
+  // A 4x4 stride-2 convolution, padding 1, needs 1 row from each side: on bands of 2 rows (16
+  // rows over 8 ranks) it splits, but a 5x5 stride-1 one after it needs 2 rows of bands of 1.
+  nn::Model deep(tensor::Shape{1, 16, 8});
+  deep.add(std::make_unique<nn::Conv2d>("conv1", 1, 2, 4, 2, 1));
+  deep.add(std::make_unique<nn::Conv2d>("conv2", 2, 2, 5, 1, 2));
+  deep.add(std::make_unique<nn::Flatten>("flatten"));
+  deep.build();
+  EXPECT_NE(refusal(deep, 8).find("layer conv2 (Conv2d(2 -> 2, 5x5, stride 1, pad 2)) needs a halo "
+                                  "of 2 rows, but each of the 8 ranks holds only 1 rows there"),
+            std::string::npos)
+      << refusal(deep, 8);
   // LeNet-5's 5x5 valid convolution comes second: the split ends before it, and a model whose
   // first layer is such a convolution has nothing to split.
   nn::Model valid(tensor::Shape{1, 8, 8});

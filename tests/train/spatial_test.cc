@@ -64,12 +64,25 @@ class SpatialTest : public testing::ParallelTrainingTest {
     return c;
   }
 
+  // The ResNet of model_resnet.cc (width 2, one block per stage) on (1, 16, 8) images: split
+  // through its residual blocks, strided convolutions and global pool.
+  static Config resnet_config() {
+    Config c = cnn_config(16);
+    c.data.synthetic_shape = {1, 16, 8};
+    c.model.name = "resnet";
+    c.model.resnet_width = 2;
+    c.model.resnet_blocks = 1;
+    return c;
+  }
+
   TrainerOptions options(const std::string& run, comm::Communicator* comm) {
     TrainerOptions o{run, false, true, stderr, nullptr, nullptr};
     o.comm = comm;
-    o.make_model = small_cnn;
+    if (!resnet_) o.make_model = small_cnn;
     return o;
   }
+
+  bool resnet_ = false;  // the model from the config (the ResNet) instead of small_cnn
 
   std::vector<float> one_worker(const Config& config) {
     Trainer trainer(config, options(dir("single"), nullptr));
@@ -149,6 +162,96 @@ TEST_F(SpatialTest, SplitImagesFollowOneWorkerAndSendTheFormulasBytes) {
       EXPECT_DOUBLE_EQ(row.at("allreduce_bytes_sent_per_step").get<double>(), allreduce) << r;
       EXPECT_DOUBLE_EQ(row.at("allreduce_bytes_predicted_per_step").get<double>(), allreduce) << r;
     }
+  }
+}
+
+TEST_F(SpatialTest, SplitResNetFollowsOneWorkerAndSendsTheFormulasBytes) {
+  resnet_ = true;
+  const Config c = resnet_config();
+  const std::vector<float> reference = one_worker(c);
+  for (const int p : {2, 4}) {
+    const std::string run = dir("spatial_resnet");
+    const std::vector<float> params = spatial(c, p, run);
+    const double relative = relative_difference(params, reference);
+    std::fprintf(stderr, "spatial resnet p=%d: relative %.3g\n", p, relative);
+    EXPECT_LE(relative, 1e-5) << "p=" << p;
+
+    // Bytes per step and rank against the formula, B = 12: every convolution up to the global
+    // pool is split, nothing gathered.
+    //   halo      4 B C W ([r > 0] bottom + [r < P - 1] top) forward, top and bottom swapped
+    //             backward (not for conv1, the first trainable layer), per convolution
+    //   allreduce ring(2F + 1) + ring(2F) doubles per batch norm (F = 2, 2, 2, 4, 4, 4, 8, 8, 8),
+    //             ring(B x 8 floats) (the pool), ring(1294 floats) (all but fc's 8 x 3 + 3)
+    struct Conv {
+      double channels, width, top, bottom;
+      bool backward;
+    };
+    const std::vector<Conv> convs{
+        {1, 8, 1, 1, false},                                           // conv1
+        {2, 8, 1, 1, true},  {2, 8, 1, 1, true},                       // stage 1
+        {2, 8, 1, 0, true},  {4, 4, 1, 1, true}, {2, 8, 0, 0, true},   // stage 2
+        {4, 4, 1, 0, true},  {8, 2, 1, 1, true}, {4, 4, 0, 0, true}};  // stage 3
+    const auto parallel = summary_of(run).at("parallel");
+    EXPECT_EQ(parallel.at("split_parameters").get<std::int64_t>(), 1294);
+    EXPECT_EQ(parallel.at("gathered_before").get<std::string>(), "");
+    const double b = 12;
+    const auto ring = [&](std::int64_t n, double e, int r) {
+      const auto block = [&](int i) { return static_cast<double>(n * (i + 1) / p - n * i / p); };
+      return e * (2 * static_cast<double>(n) - block(r) - block((r + 1) % p));
+    };
+    for (const auto& row : parallel.at("per_spatial_rank")) {
+      const int r = row.at("rank").get<int>();
+      const double above = r > 0, below = r + 1 < p;
+      double halo = 0;
+      for (const Conv& k : convs) {
+        const double per_row = 4 * b * k.channels * k.width;
+        halo += per_row * (above * k.bottom + below * k.top);
+        if (k.backward) halo += per_row * (above * k.top + below * k.bottom);
+      }
+      double allreduce = ring(12 * 8, 4, r) + ring(1294, 4, r);
+      for (const std::int64_t f : {2, 2, 2, 4, 4, 4, 8, 8, 8}) {
+        allreduce += ring(2 * f + 1, 8, r) + ring(2 * f, 8, r);
+      }
+      EXPECT_DOUBLE_EQ(row.at("halo_bytes_sent_per_step").get<double>(), halo) << r;
+      EXPECT_DOUBLE_EQ(row.at("halo_bytes_predicted_per_step").get<double>(), halo) << r;
+      EXPECT_DOUBLE_EQ(row.at("gather_bytes_sent_per_step").get<double>(), 0.0) << r;
+      EXPECT_DOUBLE_EQ(row.at("gather_bytes_predicted_per_step").get<double>(), 0.0) << r;
+      EXPECT_DOUBLE_EQ(row.at("allreduce_bytes_sent_per_step").get<double>(), allreduce) << r;
+      EXPECT_DOUBLE_EQ(row.at("allreduce_bytes_predicted_per_step").get<double>(), allreduce) << r;
+    }
+  }
+  // Micro-batches of 2, 3, 2, 3, 2 images (accumulate_steps 5): the batch norms' allreduces five
+  // times, the pool's B_m x 8 floats each time; measured = predicted on every rank.
+  Config accumulating = c;
+  accumulating.train.accumulate_steps = 5;
+  const std::string run = dir("spatial_resnet_accumulate");
+  spatial(accumulating, 2, run);
+  for (const auto& row : summary_of(run).at("parallel").at("per_spatial_rank")) {
+    EXPECT_DOUBLE_EQ(row.at("allreduce_bytes_sent_per_step").get<double>(),
+                     row.at("allreduce_bytes_predicted_per_step").get<double>());
+    EXPECT_DOUBLE_EQ(row.at("halo_bytes_sent_per_step").get<double>(),
+                     row.at("halo_bytes_predicted_per_step").get<double>());
+  }
+  // 28 x 28 over 2 ranks: stage 3's stride-2 convolution meets bands of 7 rows.
+  Config bad = resnet_config();
+  bad.data.synthetic_shape = {1, 28, 8};
+  bad.parallel.workers = 2;
+  try {
+    comm::spawn_ranks(
+        2,
+        [&](comm::Communicator& comm) {
+          Trainer trainer(bad, options(dir("refused_resnet"), &comm));
+          trainer.run();
+        },
+        comm_options());
+    FAIL() << "no error for 28 rows over 2 ranks";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("layer stage3.block1.conv1 (Conv2d(4 -> 8, 3x3, stride 2, pad 1, no "
+                        "bias)) has stride 2, but each of the 2 ranks holds 7 rows there"),
+              std::string::npos)
+        << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
   }
 }
 

@@ -21,10 +21,18 @@
 // Beside it the bound: FLOPs per rank 2 C^2 9 B R^2 / P forward (twice that backward) at the
 // measured one-rank rate, and halo bytes each rank sends per layer and neighbour, 4 B C p R with
 // p = 1 (the same again backward).
+//
+// `model = "resnet"`: the ResNet of nn/model_resnet.cc instead (width w = `channels`, `layers`
+// blocks per stage, images (1, R, R), R divisible by 4 P), timed from its input through the global
+// average pool (every layer the split takes: conv1, the residual blocks with their stride-2 3x3
+// convolutions and 1x1 projections, the batch norms with their allreduced statistics, the pool's
+// allreduce of B C band sums); flatten and fc, replicated, are not timed. FLOPs: the convolutions',
+// 2 F C K^2 OH OW B each. Halo bytes: what rank 0 sent in a forward pass, measured (all layers).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace dtrain::experiments {
@@ -35,6 +43,7 @@ struct SpatialBenchmarkOptions {
   std::int64_t batch = 4;
   std::int64_t channels = 16;
   std::int64_t layers = 2;
+  std::string model = "convs";  // "convs" (the stack above) or "resnet"
   int rounds = 5;
   int iterations = 3;
 };
@@ -48,11 +57,13 @@ struct SpatialBenchmarkRow {
   // the wall time it would take with a core of its own, the figure to read on a shared host.
   double forward_cpu_ms = 0.0, backward_cpu_ms = 0.0;
   double forward_cpu_speedup = 1.0, backward_cpu_speedup = 1.0;
-  double forward_gflops = 0.0;        // FLOPs of the whole pass / time (all ranks together)
-  double halo_bytes_per_layer = 0.0;  // sent by an interior rank per layer, forward
+  double forward_gflops = 0.0;            // FLOPs of the whole pass / time (all ranks together)
+  double halo_bytes_per_layer = 0.0;      // sent by an interior rank per layer, forward
+  double halo_bytes_forward_rank0 = 0.0;  // sent by rank 0 in one forward pass, measured
 };
 
-// ConfigError for a resolution that P does not divide, ranks not starting at 1, sizes below 1.
+// ConfigError for a resolution that P (4 P for the ResNet) does not divide, ranks not starting at
+// 1, sizes below 1, a model other than "convs" or "resnet".
 void check_spatial_benchmark(const SpatialBenchmarkOptions& options);
 
 // Rows in resolution order, then rank order; `on_row` sees each as it is finished.

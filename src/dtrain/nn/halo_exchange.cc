@@ -25,22 +25,25 @@ void add_rows(const float* src, std::int64_t planes, std::int64_t row_count, std
   }
 }
 
-void exchange_halos(GroupComm& group, const float* up_send, float* up_recv, const float* down_send,
-                    float* down_recv, std::int64_t count) {
+void exchange_halos(GroupComm& group, const HaloSide& up, const HaloSide& down) {
   const int rank = group.rank();
   const int size = group.size();
-  const auto up = [&] {
-    if (rank > 0) group.exchange(rank - 1, up_send, count, up_recv, count);
+  const auto trade = [&](int peer, const HaloSide& side) {
+    if (side.send_count == 0 && side.recv_count == 0) return;
+    group.exchange(peer, side.send, side.send_count, side.recv, side.recv_count);
   };
-  const auto down = [&] {
-    if (rank + 1 < size) group.exchange(rank + 1, down_send, count, down_recv, count);
+  const auto with_above = [&] {
+    if (rank > 0) trade(rank - 1, up);
+  };
+  const auto with_below = [&] {
+    if (rank + 1 < size) trade(rank + 1, down);
   };
   if (rank % 2 == 0) {
-    down();
-    up();
+    with_below();
+    with_above();
   } else {
-    up();
-    down();
+    with_above();
+    with_below();
   }
 }
 

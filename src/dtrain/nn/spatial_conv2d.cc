@@ -11,40 +11,60 @@ namespace dtrain::nn {
 
 namespace {
 
-// Halo rows of `whole`, or ConfigError when the layer's output band would not be its input band.
-std::int64_t same_padding_halo(const Conv2d& whole) {
-  const std::int64_t k = whole.kernel();
-  if (whole.stride() != 1 || k % 2 == 0 || whole.padding() != (k - 1) / 2) {
+// `whole`, or ConfigError when its output band would not be rows [r h / S, (r + 1) h / S).
+const Conv2d& splittable(const Conv2d& whole) {
+  if (!SpatialConv2d::splits_along_rows(whole)) {
     throw ConfigError(fmt::format(
-        "layer {} ({}): spatial parallelism splits only stride-1 convolutions with an odd kernel "
-        "and padding (K - 1) / 2 (here stride {}, kernel {}, padding {}; needs stride 1, padding "
-        "{})",
-        whole.name(), whole.describe(), whole.stride(), k, whole.padding(), (k - 1) / 2));
+        "layer {} ({}): spatial parallelism splits convolutions whose output has H / S rows, "
+        "K - S <= 2 x padding < K (here kernel {}, stride {}, padding {}); stride 1 needs padding "
+        "(K - 1) / 2 with K odd",
+        whole.name(), whole.describe(), whole.kernel(), whole.stride(), whole.padding()));
   }
-  return (k - 1) / 2;
+  return whole;
+}
+
+// Copies rows [row_begin, row_begin + rows) of every plane of `from` (planes, from_rows,
+// from_width), columns [column, column + width), into `to` (planes, rows, width), contiguous.
+void copy_rows(const float* from, std::int64_t planes, std::int64_t from_rows,
+               std::int64_t from_width, std::int64_t row_begin, std::int64_t rows,
+               std::int64_t column, std::int64_t width, float* to) {
+  for (std::int64_t plane = 0; plane < planes; ++plane) {
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const float* src = from + (plane * from_rows + row_begin + i) * from_width + column;
+      std::copy(src, src + width, to + (plane * rows + i) * width);
+    }
+  }
 }
 
 }  // namespace
+
+bool SpatialConv2d::splits_along_rows(const Conv2d& whole) {
+  const std::int64_t k = whole.kernel(), s = whole.stride(), p = whole.padding();
+  return k - s <= 2 * p && 2 * p < k;
+}
 
 SpatialConv2d::SpatialConv2d(const Conv2d& whole, GroupComm& group)
     : Layer(whole.name()),
       group_(group),
       in_channels_(whole.in_channels()),
       out_channels_(whole.out_channels()),
-      kernel_(whole.kernel()),
-      halo_(same_padding_halo(whole)),
+      kernel_(splittable(whole).kernel()),
+      stride_(whole.stride()),
+      padding_(whole.padding()),
+      top_(padding_),
+      bottom_(std::max<std::int64_t>(0, kernel_ - padding_ - stride_)),
       has_bias_(whole.has_bias()),
-      conv_(whole.name(), in_channels_, out_channels_, kernel_, /*stride=*/1, /*padding=*/0,
-            has_bias_) {}
+      conv_(whole.name(), in_channels_, out_channels_, kernel_, stride_, /*padding=*/0, has_bias_) {
+}
 
 std::string SpatialConv2d::describe() const {
-  return fmt::format("SpatialConv2d({} -> {}, {}x{}, halo {} rows, {} ranks{})", in_channels_,
-                     out_channels_, kernel_, kernel_, halo_, group_.size(),
-                     has_bias_ ? "" : ", no bias");
+  return fmt::format("SpatialConv2d({} -> {}, {}x{}, stride {}, halo {} + {} rows, {} ranks{})",
+                     in_channels_, out_channels_, kernel_, kernel_, stride_, top_, bottom_,
+                     group_.size(), has_bias_ ? "" : ", no bias");
 }
 
 std::unique_ptr<Layer> SpatialConv2d::clone() const {
-  const Conv2d whole(name(), in_channels_, out_channels_, kernel_, 1, halo_, has_bias_);
+  const Conv2d whole(name(), in_channels_, out_channels_, kernel_, stride_, padding_, has_bias_);
   return std::make_unique<SpatialConv2d>(whole, group_);
 }
 
@@ -53,50 +73,61 @@ tensor::Shape SpatialConv2d::output_shape(const tensor::Shape& input) const {
     throw ShapeError(fmt::format("layer {} ({}) expects input [B, {}, h, W], got {}", name(),
                                  describe(), in_channels_, tensor::batch_shape_str(input)));
   }
-  if (group_.size() > 1 && input[2] < halo_) {
+  if (input[2] % stride_ != 0) {
+    throw ShapeError(fmt::format(
+        "layer {} ({}): a band of {} rows is not a multiple of the stride {}; use a number of "
+        "ranks for which the rows divide",
+        name(), describe(), input[2], stride_));
+  }
+  if (group_.size() > 1 && input[2] < std::max(top_, bottom_)) {
     throw ShapeError(fmt::format(
         "layer {} ({}): a band of {} rows cannot fill the {}-row halo of its neighbour; use fewer "
         "ranks or larger images",
-        name(), describe(), input[2], halo_));
+        name(), describe(), input[2], std::max(top_, bottom_)));
   }
-  return {input[0], out_channels_, input[2], input[3]};
+  const std::int64_t width = (input[3] + 2 * padding_ - kernel_) / stride_ + 1;
+  return {input[0], out_channels_, input[2] / stride_, width};
 }
 
 const tensor::Tensor& SpatialConv2d::forward(const tensor::Tensor& x, const ForwardContext& ctx) {
-  output_shape(x.shape());  // the band fits the layer and the halo
-  const std::int64_t b = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3);
-  const std::int64_t p = halo_, planes = b * c;
-  const std::int64_t hp = h + 2 * p, wp = w + 2 * p;
-  x_ext_.ensure_shape({b, c, hp, wp});
+  output_shape(x.shape());  // the band fits the layer, the stride and the halo
+  // No halo and no padding (a 1x1 projection): the extended band is the band itself.
+  direct_ = top_ == 0 && bottom_ == 0 && padding_ == 0;
+  if (direct_) return conv_.forward(x, ctx);
+  const std::int64_t c = x.dim(1), h = x.dim(2), w = x.dim(3);
+  const std::int64_t planes = x.dim(0) * c, p = padding_, t = top_, b = bottom_;
+  const std::int64_t he = t + h + b, we = w + 2 * p;
+  x_ext_.ensure_shape({x.dim(0), c, he, we});
+  const auto buffer =
+      static_cast<std::size_t>(std::max<std::int64_t>(1, planes * std::max(t, b) * w));
+  for (std::vector<float>* v : {&send_up_, &send_down_, &recv_up_, &recv_down_}) v->resize(buffer);
+  // Zeros stay where no neighbour sends: the image's own top and bottom padding.
+  std::fill(recv_up_.begin(), recv_up_.end(), 0.0f);
+  std::fill(recv_down_.begin(), recv_down_.end(), 0.0f);
   const float* src = x.data();
-  float* ext = x_ext_.data();
-  if (p > 0) {
-    const std::int64_t halo_count = planes * p * w;
-    for (tensor::Tensor* t : {&send_up_, &send_down_, &recv_up_, &recv_down_}) {
-      t->ensure_shape({planes, p, w});
-    }
-    recv_up_.zero();  // the image's top and bottom zero padding on the edge ranks
-    recv_down_.zero();
-    pack_rows(src, planes, h, w, 0, p, send_up_.data());
-    pack_rows(src, planes, h, w, h - p, p, send_down_.data());
-    exchange_halos(group_, send_up_.data(), recv_up_.data(), send_down_.data(), recv_down_.data(),
-                   halo_count);
+  if (t + b > 0) {
+    // Rank r - 1 needs this band's top b rows, rank r + 1 its bottom t rows.
+    pack_rows(src, planes, h, w, 0, b, send_up_.data());
+    pack_rows(src, planes, h, w, h - t, t, send_down_.data());
+    exchange_halos(group_, {send_up_.data(), planes * b * w, recv_up_.data(), planes * t * w},
+                   {send_down_.data(), planes * t * w, recv_down_.data(), planes * b * w});
   }
-  // x_ext row i of a plane: halo from above (i < p), the band (p <= i < p + h), halo from below.
+  // x_ext row i of a plane: halo from above (i < t), the band (t <= i < t + h), halo from below.
+  float* ext = x_ext_.data();
   for (std::int64_t plane = 0; plane < planes; ++plane) {
-    for (std::int64_t i = 0; i < hp; ++i) {
-      float* row = ext + (plane * hp + i) * wp;
+    for (std::int64_t i = 0; i < he; ++i) {
+      float* row = ext + (plane * he + i) * we;
       const float* from = nullptr;
-      if (i < p) {
-        from = recv_up_.data() + (plane * p + i) * w;
-      } else if (i < p + h) {
-        from = src + (plane * h + i - p) * w;
+      if (i < t) {
+        from = recv_up_.data() + (plane * t + i) * w;
+      } else if (i < t + h) {
+        from = src + (plane * h + i - t) * w;
       } else {
-        from = recv_down_.data() + (plane * p + i - p - h) * w;
+        from = recv_down_.data() + (plane * b + i - t - h) * w;
       }
       std::fill(row, row + p, 0.0f);
       std::copy(from, from + w, row + p);
-      std::fill(row + p + w, row + wp, 0.0f);
+      std::fill(row + p + w, row + we, 0.0f);
     }
   }
   return conv_.forward(x_ext_, ctx);
@@ -105,33 +136,24 @@ const tensor::Tensor& SpatialConv2d::forward(const tensor::Tensor& x, const Forw
 const tensor::Tensor& SpatialConv2d::backward(const tensor::Tensor& dy, bool need_input_grad) {
   const tensor::Tensor& dx_ext = conv_.backward(dy, need_input_grad);
   if (!need_input_grad) return none_;
-  const std::int64_t b = x_ext_.dim(0), c = x_ext_.dim(1);
-  const std::int64_t hp = x_ext_.dim(2), wp = x_ext_.dim(3);
-  const std::int64_t p = halo_, h = hp - 2 * p, w = wp - 2 * p, planes = b * c;
-  dx_.ensure_shape({b, c, h, w});
+  if (direct_) return dx_ext;
+  const std::int64_t c = x_ext_.dim(1), he = x_ext_.dim(2), we = x_ext_.dim(3);
+  const std::int64_t p = padding_, t = top_, b = bottom_;
+  const std::int64_t h = he - t - b, w = we - 2 * p, planes = x_ext_.dim(0) * c;
+  dx_.ensure_shape({x_ext_.dim(0), c, h, w});
   const float* ext = dx_ext.data();
   float* dx = dx_.data();
-  for (std::int64_t plane = 0; plane < planes; ++plane) {
-    for (std::int64_t i = 0; i < h; ++i) {
-      const float* from = ext + (plane * hp + p + i) * wp + p;
-      std::copy(from, from + w, dx + (plane * h + i) * w);
-    }
-  }
-  if (p > 0) {
-    // The gradients of this rank's halo rows belong to the neighbours' boundary rows.
-    for (std::int64_t plane = 0; plane < planes; ++plane) {
-      for (std::int64_t i = 0; i < p; ++i) {
-        const float* top = ext + (plane * hp + i) * wp + p;
-        const float* bottom = ext + (plane * hp + p + h + i) * wp + p;
-        std::copy(top, top + w, send_up_.data() + (plane * p + i) * w);
-        std::copy(bottom, bottom + w, send_down_.data() + (plane * p + i) * w);
-      }
-    }
+  copy_rows(ext, planes, he, we, t, h, p, w, dx);
+  if (t + b > 0) {
+    // The gradients of this band's halo rows belong to the neighbours' boundary rows: the top t
+    // rows' to rank r - 1 (its bottom t rows), the bottom b rows' to rank r + 1 (its top b rows).
+    copy_rows(ext, planes, he, we, 0, t, p, w, send_up_.data());
+    copy_rows(ext, planes, he, we, t + h, b, p, w, send_down_.data());
+    exchange_halos(group_, {send_up_.data(), planes * t * w, recv_up_.data(), planes * b * w},
+                   {send_down_.data(), planes * b * w, recv_down_.data(), planes * t * w});
     const int rank = group_.rank();
-    exchange_halos(group_, send_up_.data(), recv_up_.data(), send_down_.data(), recv_down_.data(),
-                   planes * p * w);
-    if (rank > 0) add_rows(recv_up_.data(), planes, p, w, dx, h, w, 0, 0);
-    if (rank + 1 < group_.size()) add_rows(recv_down_.data(), planes, p, w, dx, h, w, h - p, 0);
+    if (rank > 0) add_rows(recv_up_.data(), planes, b, w, dx, h, w, 0, 0);
+    if (rank + 1 < group_.size()) add_rows(recv_down_.data(), planes, t, w, dx, h, w, h - t, 0);
   }
   return dx_;
 }

@@ -9,8 +9,11 @@
 #include "dtrain/nn/avg_pool2d.h"
 #include "dtrain/nn/conv2d.h"
 #include "dtrain/nn/max_pool2d.h"
+#include "dtrain/nn/residual_block.h"
+#include "dtrain/nn/residual_group.h"
 #include "dtrain/nn/spatial_conv2d.h"
 #include "dtrain/nn/spatial_gather.h"
+#include "dtrain/nn/spatial_global_avg_pool.h"
 
 namespace dtrain::nn {
 
@@ -35,7 +38,165 @@ void check_pool(const Layer& layer, std::int64_t kernel, std::int64_t stride, st
   }
 }
 
+// Builds the band twins of layers, recording what they exchange in `split`.
+class Splitter {
+ public:
+  Splitter(GroupComm& group, SpatialSplit& split) : group_(group), split_(split) {}
+
+  // The twin of `layer` (index `index` of the model) on bands of one sample's `shape`
+  // (1, C, h, W), `shape` advanced to its output; nullptr, with nothing recorded, when the split
+  // ends before it. `first`: the layer is the first of its branch (its input gradient may be
+  // skipped). Throws the refusals.
+  std::unique_ptr<Layer> split(const Layer& layer, std::size_t index, tensor::Shape& shape,
+                               bool first) {
+    const int ranks = group_.size();
+    std::unique_ptr<Layer> part;
+    if (const auto* conv = dynamic_cast<const Conv2d*>(&layer)) {
+      // A convolution whose output rows are not the input's / S ends the split (LeNet-5's conv2).
+      if (!SpatialConv2d::splits_along_rows(*conv)) return nullptr;
+      const std::int64_t rows = shape[2], stride = conv->stride();
+      if (rows % stride != 0) {
+        if (ranks == 1) return nullptr;  // one band: nothing to split, the gather is a no-op
+        throw ConfigError(fmt::format(
+            "spatial: layer {} ({}) has stride {}, but each of the {} ranks holds {} rows there, "
+            "not a multiple of {}; use a number of ranks (or an image height) for which the rows "
+            "divide",
+            conv->name(), conv->describe(), stride, ranks, rows, stride));
+      }
+      auto spatial = std::make_unique<SpatialConv2d>(*conv, group_);
+      const std::int64_t halo = std::max(spatial->halo_top(), spatial->halo_bottom());
+      if (ranks > 1 && rows < halo) {
+        throw ConfigError(fmt::format(
+            "spatial: layer {} ({}) needs a halo of {} rows, but each of the {} ranks holds only "
+            "{} rows there; use fewer ranks or larger images",
+            conv->name(), conv->describe(), halo, ranks, rows));
+      }
+      split_.halos.push_back({index, conv->in_channels(), spatial->halo_top(),
+                              spatial->halo_bottom(), shape[3], !first});
+      part = std::move(spatial);
+    } else if (const auto* norm = dynamic_cast<const BatchNorm*>(&layer)) {
+      auto copy = layer.clone();
+      split_.reducers.push_back(std::make_unique<GroupBatchNormReducer>(group_));
+      static_cast<BatchNorm&>(*copy).set_reducer(split_.reducers.back().get());
+      split_.norm_features.push_back(norm->features());
+      part = std::move(copy);
+    } else if (dynamic_cast<const Activation*>(&layer) != nullptr) {
+      part = layer.clone();
+    } else if (const auto* max_pool = dynamic_cast<const MaxPool2d*>(&layer)) {
+      check_pool(layer, max_pool->kernel(), max_pool->stride(), shape[2], ranks);
+      part = layer.clone();
+    } else if (const auto* avg_pool = dynamic_cast<const AvgPool2d*>(&layer)) {
+      if (avg_pool->is_global()) {
+        split_.pooled_channels.push_back(shape[1]);
+        part = std::make_unique<SpatialGlobalAvgPool>(layer.name(), group_);
+      } else {
+        check_pool(layer, avg_pool->kernel(), avg_pool->stride(), shape[2], ranks);
+        part = layer.clone();
+      }
+    } else if (const auto* block = dynamic_cast<const ResidualBlock*>(&layer)) {
+      return split_block(*block, index, shape, first);
+    } else if (const auto* group = dynamic_cast<const ResidualGroup*>(&layer)) {
+      return split_group(*group, index, shape, first);
+    } else {
+      return nullptr;
+    }
+    shape = part->output_shape(shape);
+    return part;
+  }
+
+ private:
+  // What split_ has recorded, to forget a residual block whose layers do not all split.
+  struct Mark {
+    std::size_t halos, norms, pools, reducers;
+  };
+  Mark mark() const {
+    return {split_.halos.size(), split_.norm_features.size(), split_.pooled_channels.size(),
+            split_.reducers.size()};
+  }
+  void roll_back(const Mark& m) {
+    split_.halos.resize(m.halos);
+    split_.norm_features.resize(m.norms);
+    split_.pooled_channels.resize(m.pools);
+    split_.reducers.resize(m.reducers);
+  }
+
+  // The twins of `layers`, in order, from `shape`; false when one does not split.
+  bool split_chain(const std::vector<const Layer*>& layers, std::size_t index, tensor::Shape& shape,
+                   bool first, std::vector<std::unique_ptr<Layer>>& out) {
+    for (std::size_t k = 0; k < layers.size(); ++k) {
+      // A global pool inside a branch would make the band whole: not a band any more.
+      if (const auto* pool = dynamic_cast<const AvgPool2d*>(layers[k]);
+          pool != nullptr && pool->is_global()) {
+        return false;
+      }
+      auto part = split(*layers[k], index, shape, first && k == 0);
+      if (!part) return false;
+      out.push_back(std::move(part));
+    }
+    return true;
+  }
+
+  // A residual group of the twins of `body` and `shortcut` (empty: identity), or nullptr.
+  std::unique_ptr<Layer> split_branches(const std::string& name,
+                                        const std::vector<const Layer*>& body,
+                                        const std::vector<const Layer*>& shortcut,
+                                        std::unique_ptr<Activation> act, std::size_t index,
+                                        tensor::Shape& shape, bool first) {
+    const Mark before = mark();
+    std::vector<std::unique_ptr<Layer>> body_parts, shortcut_parts;
+    tensor::Shape body_shape = shape, shortcut_shape = shape;
+    if (!split_chain(body, index, body_shape, first, body_parts) ||
+        !split_chain(shortcut, index, shortcut_shape, first, shortcut_parts)) {
+      body_parts.clear();
+      shortcut_parts.clear();
+      roll_back(before);
+      return nullptr;
+    }
+    auto part = std::make_unique<ResidualGroup>(name, std::move(body_parts),
+                                                std::move(shortcut_parts), std::move(act));
+    shape = part->output_shape(shape);
+    return part;
+  }
+
+  std::unique_ptr<Layer> split_block(const ResidualBlock& block, std::size_t index,
+                                     tensor::Shape& shape, bool first) {
+    // conv1, bn1, conv2, bn2, then the projection's conv and bn (residual_block.h).
+    const std::vector<Layer*> sub = const_cast<ResidualBlock&>(block).sublayers();
+    const Activation relu(block.name() + ".relu", ActivationKind::kRelu);
+    const std::vector<const Layer*> body{sub[0], sub[1], &relu, sub[2], sub[3]};
+    std::vector<const Layer*> shortcut;
+    if (block.has_projection()) shortcut = {sub[4], sub[5]};
+    return split_branches(
+        block.name(), body, shortcut,
+        std::make_unique<Activation>(block.name() + ".act", ActivationKind::kRelu), index, shape,
+        first);
+  }
+
+  std::unique_ptr<Layer> split_group(const ResidualGroup& group, std::size_t index,
+                                     tensor::Shape& shape, bool first) {
+    std::vector<const Layer*> body, shortcut;
+    for (const auto& layer : group.body()) body.push_back(layer.get());
+    for (const auto& layer : group.shortcut()) shortcut.push_back(layer.get());
+    std::unique_ptr<Activation> act;
+    if (const Activation* a = group.activation()) {
+      act = std::make_unique<Activation>(a->name(), a->kind(), a->alpha());
+    }
+    return split_branches(group.name(), body, shortcut, std::move(act), index, shape, first);
+  }
+
+  GroupComm& group_;
+  SpatialSplit& split_;
+};
+
 }  // namespace
+
+double halo_bytes(const SpatialSplit::Halo& halo, int rank, int ranks, std::int64_t samples,
+                  bool backward) {
+  const std::int64_t up = backward ? halo.top : halo.bottom;  // rows sent to rank - 1
+  const std::int64_t down = backward ? halo.bottom : halo.top;
+  const std::int64_t rows = (rank > 0 ? up : 0) + (rank + 1 < ranks ? down : 0);
+  return 4.0 * static_cast<double>(samples * halo.channels * rows * halo.width);
+}
 
 SpatialSplit split_spatially(const Model& whole, GroupComm& group) {
   const tensor::Shape& sample = whole.sample_shape();
@@ -56,68 +217,40 @@ SpatialSplit split_spatially(const Model& whole, GroupComm& group) {
   split.model = std::make_unique<Model>(tensor::Shape{sample[0], sample[1] / ranks, sample[2]});
   tensor::Shape shape{1, sample[0], sample[1] / ranks, sample[2]};  // one sample's band
   const auto& layers = whole.layers();
+  Splitter splitter(group, split);
   std::size_t i = 0;
-  for (; i < layers.size(); ++i) {
-    const Layer& layer = *layers[i];
-    std::unique_ptr<Layer> part;
-    if (const auto* conv = dynamic_cast<const Conv2d*>(&layer)) {
-      if (conv->stride() != 1) {
-        throw ConfigError(fmt::format(
-            "spatial: layer {} ({}) has stride {}; the split handles stride-1 convolutions only",
-            conv->name(), conv->describe(), conv->stride()));
-      }
-      // A convolution without "same" padding changes the height: the split ends before it.
-      if (conv->kernel() % 2 == 0 || conv->padding() != (conv->kernel() - 1) / 2) break;
-      auto spatial = std::make_unique<SpatialConv2d>(*conv, group);
-      if (ranks > 1 && shape[2] < spatial->halo()) {
-        throw ConfigError(fmt::format(
-            "spatial: layer {} ({}) needs a halo of {} rows, but each of the {} ranks holds only "
-            "{} rows there; use fewer ranks or larger images",
-            conv->name(), conv->describe(), spatial->halo(), ranks, shape[2]));
-      }
-      split.halos.push_back({i, conv->in_channels(), spatial->halo(), shape[3]});
-      part = std::move(spatial);
-    } else if (const auto* norm = dynamic_cast<const BatchNorm*>(&layer)) {
-      auto copy = layer.clone();
-      split.reducers.push_back(std::make_unique<GroupBatchNormReducer>(group));
-      static_cast<BatchNorm&>(*copy).set_reducer(split.reducers.back().get());
-      split.norm_features.push_back(norm->features());
-      part = std::move(copy);
-    } else if (dynamic_cast<const Activation*>(&layer) != nullptr) {
-      part = layer.clone();
-    } else if (const auto* max_pool = dynamic_cast<const MaxPool2d*>(&layer)) {
-      check_pool(layer, max_pool->kernel(), max_pool->stride(), shape[2], ranks);
-      part = layer.clone();
-    } else if (const auto* avg_pool = dynamic_cast<const AvgPool2d*>(&layer);
-               avg_pool != nullptr && !avg_pool->is_global()) {
-      check_pool(layer, avg_pool->kernel(), avg_pool->stride(), shape[2], ranks);
-      part = layer.clone();
-    } else {
-      break;
-    }
-    shape = part->output_shape(shape);
+  bool whole_output = false;  // a global pool made the band whole: no gather
+  for (; i < layers.size() && !whole_output; ++i) {
+    std::unique_ptr<Layer> part = splitter.split(*layers[i], i, shape, /*first=*/true);
+    if (!part) break;
+    whole_output = dynamic_cast<const SpatialGlobalAvgPool*>(part.get()) != nullptr;
     split.model->add(std::move(part));
   }
   if (split.halos.empty()) {
     const Layer& first = *layers[i < layers.size() ? i : 0];
     throw ConfigError(fmt::format(
-        "spatial: no convolution to split: the split takes the leading stride-1 \"same\" "
-        "convolutions (odd K, padding (K - 1) / 2), batch norms, activations and aligned pools, "
-        "and stops at layer {} ({}); use a convolutional model",
+        "spatial: no convolution to split: the split takes the leading convolutions whose output "
+        "has H / S rows (stride 1 with padding (K - 1) / 2, or strided with K - S <= 2 x padding "
+        "< K), batch norms, activations, aligned pools and residual blocks of those, and stops at "
+        "layer {} ({}); use a convolutional model",
         first.name(), first.describe()));
   }
   split.split_layers = i;
-  split.gathered_per_sample = shape[1] * shape[2] * shape[3];
-  split.gathered_before =
-      i < layers.size() ? fmt::format("{} ({})", layers[i]->name(), layers[i]->describe()) : "";
-  split.model->add(std::make_unique<SpatialGather>("spatial_gather", group));
+  std::size_t head = i;  // index of the first unsplit layer in split.model
+  if (!whole_output) {
+    split.gathered_per_sample = shape[1] * shape[2] * shape[3];
+    split.gathered_before =
+        i < layers.size() ? fmt::format("{} ({})", layers[i]->name(), layers[i]->describe()) : "";
+    split.model->add(std::make_unique<SpatialGather>("spatial_gather", group));
+    ++head;
+  }
   for (; i < layers.size(); ++i) split.model->add(layers[i]->clone());
   split.model->build();
   // Parameters of the split layers come first in the flat buffer (layers declare in order).
   const ParamStore& store = split.model->store();
   split.split_params = store.num_params();
   for (std::size_t k = 0; k < store.param_entries().size(); ++k) {
-    if (split.model->param_layer()[k] > split.split_layers) {
+    if (split.model->param_layer()[k] >= head) {
       split.split_params = store.param_entries()[k].offset;
       break;
     }

@@ -277,7 +277,13 @@ void run_bench_collectives(const experiments::CollectiveBenchmarkOptions& option
 // Seed 003's spatial-parallelism table (experiments/spatial_benchmark.h).
 void run_bench_spatial(const experiments::SpatialBenchmarkOptions& options, bool json) {
   experiments::check_spatial_benchmark(options);  // before the table's header
-  if (!json) {
+  const bool resnet = options.model == "resnet";
+  if (!json && resnet) {
+    fmt::print(
+        "resnet width {}, {} block(s) per stage, batch {}, input to global pool; ranks are "
+        "threads, one compute thread each; halo B: bytes rank 0 sent in a forward, measured\n",
+        options.channels, options.layers, options.batch);
+  } else if (!json) {
     fmt::print(
         "3x3 conv x {}, batch {}, {} channels; ranks are threads, one compute thread each; "
         "halo B: bytes an inner rank sends per layer and neighbour, forward\n",
@@ -287,7 +293,7 @@ void run_bench_spatial(const experiments::SpatialBenchmarkOptions& options, bool
                "fwd GFLOP/s", "halo B");
   }
   const auto rows = experiments::run_spatial_benchmark(
-      options, [json](const experiments::SpatialBenchmarkRow& row) {
+      options, [json, resnet](const experiments::SpatialBenchmarkRow& row) {
         if (json) return;
         fmt::print("{:>10} {:>5} {:>18} {:>18} {:>18} {:>18} {:>11.1f} {:>11.0f}\n",
                    fmt::format("{}x{}", row.resolution, row.resolution), row.ranks,
@@ -295,7 +301,8 @@ void run_bench_spatial(const experiments::SpatialBenchmarkOptions& options, bool
                    fmt::format("{:.2f} ({:.2f}x)", row.backward_ms, row.backward_speedup),
                    fmt::format("{:.2f} ({:.2f}x)", row.forward_cpu_ms, row.forward_cpu_speedup),
                    fmt::format("{:.2f} ({:.2f}x)", row.backward_cpu_ms, row.backward_cpu_speedup),
-                   row.forward_gflops, row.halo_bytes_per_layer);
+                   row.forward_gflops,
+                   resnet ? row.halo_bytes_forward_rank0 : row.halo_bytes_per_layer);
       });
   if (!json) return;
   nlohmann::json out = nlohmann::json::array();
@@ -312,7 +319,8 @@ void run_bench_spatial(const experiments::SpatialBenchmarkOptions& options, bool
                    {"forward_cpu_speedup", row.forward_cpu_speedup},
                    {"backward_cpu_speedup", row.backward_cpu_speedup},
                    {"forward_gflops", row.forward_gflops},
-                   {"halo_bytes_per_layer_per_neighbour", row.halo_bytes_per_layer}});
+                   {"halo_bytes_per_layer_per_neighbour", row.halo_bytes_per_layer},
+                   {"halo_bytes_forward_rank0", row.halo_bytes_forward_rank0}});
   }
   fmt::print("{}\n", out.dump(2));
 }
@@ -432,7 +440,13 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   spatial_cmd->add_option("--channels", flags->spatial.channels, "channels in and out")
       ->capture_default_str();
-  spatial_cmd->add_option("--layers", flags->spatial.layers, "3x3 convolutions in the stack")
+  spatial_cmd
+      ->add_option("--layers", flags->spatial.layers,
+                   "3x3 convolutions in the stack (resnet: blocks per stage)")
+      ->capture_default_str();
+  spatial_cmd
+      ->add_option("--model", flags->spatial.model,
+                   "convs (the stack) or resnet (width --channels, through its global pool)")
       ->capture_default_str();
   spatial_cmd->add_option("--rounds", flags->spatial.rounds, "alternating rounds (median)")
       ->capture_default_str();

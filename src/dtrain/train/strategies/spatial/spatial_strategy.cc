@@ -68,13 +68,14 @@ std::unique_ptr<data::SharePlan> Spatial::share_plan(std::int64_t train_samples)
 SpatialStepBytes Spatial::predicted_step_bytes(std::int64_t samples) const {
   const int p = comm_.size(), r = comm_.rank();
   const double b = static_cast<double>(samples);
-  const int neighbours = (r > 0 ? 1 : 0) + (r + 1 < p ? 1 : 0);
   SpatialStepBytes bytes;
   for (const auto& halo : split_.halos) {
-    // Backward sends the halo's gradient unless the layer needs no input gradient.
-    const int passes = halo.layer > split_.model->first_trainable() ? 2 : 1;
-    bytes.halo +=
-        passes * neighbours * 4.0 * b * static_cast<double>(halo.channels * halo.rows * halo.width);
+    bytes.halo += nn::halo_bytes(halo, r, p, samples, /*backward=*/false);
+    // Backward sends the halo's gradient unless the convolution needs no input gradient: the
+    // first layer of the model's first trainable layer.
+    if (halo.inner || halo.layer > split_.model->first_trainable()) {
+      bytes.halo += nn::halo_bytes(halo, r, p, samples, /*backward=*/true);
+    }
   }
   bytes.gather = (p - 1) * 4.0 * b * static_cast<double>(split_.gathered_per_sample);
   const std::int64_t micro_batches =
@@ -83,6 +84,13 @@ SpatialStepBytes Spatial::predicted_step_bytes(std::int64_t samples) const {
     bytes.allreduce +=
         static_cast<double>(micro_batches) *
         (ring_allreduce_bytes(2 * f + 1, 8, r, p) + ring_allreduce_bytes(2 * f, 8, r, p));
+  }
+  // A split global pool allreduces B_m C floats per micro-batch (local_gradients.cc's slices).
+  for (const std::int64_t c : split_.pooled_channels) {
+    for (std::int64_t m = 0; m < micro_batches; ++m) {
+      const std::int64_t rows = samples * (m + 1) / micro_batches - samples * m / micro_batches;
+      bytes.allreduce += ring_allreduce_bytes(rows * c, 4, r, p);
+    }
   }
   bytes.allreduce += ring_allreduce_bytes(split_.split_params, 4, r, p);
   return bytes;
@@ -183,8 +191,10 @@ std::vector<std::string> Spatial::describe() const {
       "at B = {}: halo {:.3f} MB + gather {:.3f} MB + allreduce {:.3f} MB",
       comm_.size(), split_.model->sample_shape()[1], layers.front()->name(),
       layers[split_.split_layers - 1]->name(), split_.halos.size(), split_.norm_features.size(),
-      split_.gathered_before.empty() ? "the loss" : split_.gathered_before, comm_.rank(), batch,
-      bytes.halo / 1e6, bytes.gather / 1e6, bytes.allreduce / 1e6)};
+      split_.gathered_per_sample == 0  ? "none (the global pool's band sums are allreduced)"
+      : split_.gathered_before.empty() ? "the loss"
+                                       : split_.gathered_before,
+      comm_.rank(), batch, bytes.halo / 1e6, bytes.gather / 1e6, bytes.allreduce / 1e6)};
 }
 
 nlohmann::json Spatial::summary(const RunTotalsView& totals) {
@@ -221,8 +231,9 @@ nlohmann::json Spatial::summary(const RunTotalsView& totals) {
           {"bytes_sent_per_step_per_rank", sent_.total() / steps},
           {"bytes_sent_per_step_per_rank_predicted", predicted_.total() / steps},
           {"bytes_formula",
-           "halo: sum over split convs n_r x 4 B C p W (x2 with backward) + gather: (P-1) x 4 B "
-           "C' h' W' + allreduce: ring(2F+1, 2F doubles per batch norm) + ring(split parameters)"},
+           "halo: sum over split convs 4 B C W ([r>0] bottom + [r<P-1] top) forward, top and "
+           "bottom swapped backward + gather: (P-1) x 4 B C' h' W' + allreduce: ring(2F+1, 2F "
+           "doubles per batch norm) + ring(B C floats per global pool) + ring(split parameters)"},
           {"per_spatial_rank", per_spatial_rank},
           {"per_rank", totals.per_rank_rows()}};
 }

@@ -4,11 +4,14 @@
 //
 // One step on rank r, batch B of images (C, H, W):
 //   1. band = rows [r H / P, (r + 1) H / P) of every image;
-//   2. forward: each split convolution first trades p = (K - 1) / 2 boundary rows with ranks r - 1
-//      and r + 1 (halo exchange); each split batch norm allreduces its per-channel sums (2F + 1
-//      doubles), so it normalizes with the whole images' statistics; pools run on the band (their
-//      windows aligned with the bands); at the first layer the split does not handle the bands are
-//      allgathered and the head (flatten, fully connected) runs on every rank on the same values;
+//   2. forward: each split convolution (K x K, stride S, padding p) first trades boundary rows
+//      with ranks r - 1 and r + 1 (halo exchange: p rows from above, max(0, K - p - S) from
+//      below); each split batch norm allreduces its per-channel sums (2F + 1 doubles), so it
+//      normalizes with the whole images' statistics; pools run on the band (their windows aligned
+//      with the bands), residual blocks on the band with both branches split; a split global
+//      average pool allreduces its band sums (B C floats) and the head runs on its output; else,
+//      at the first layer the split does not handle, the bands are allgathered and the head
+//      (flatten, fully connected) runs on every rank on the same values;
 //   3. backward: the head's gradients are the whole gradients on every rank; the split layers'
 //      gradients are this band's share, and each convolution sends its halo rows' input gradient
 //      back to the neighbour that owns them (added there); batch norm allreduces 2F doubles;
@@ -20,10 +23,12 @@
 // follow one worker's to rounding (1e-5 relative after K steps), not bitwise.
 //
 // Bytes each rank sends per step (ring allreduce; n_r neighbours: 1 at the edges, 2 inside):
-//   halo      sum over split convs  n_r x 4 B C p W   forward, and again backward (except for the
-//                                                     model's first trainable layer)
-//   gather    (P - 1) x 4 B C' h' W'                  (the bands at the gather, ring allgather)
+//   halo      sum over split convs  4 B C W ([r > 0] bottom + [r < P - 1] top)   forward, and
+//             backward with top and bottom swapped (except for the model's first trainable layer)
+//   gather    (P - 1) x 4 B C' h' W'                  (the bands at the gather, ring allgather;
+//                                                     none when a global pool ends the split)
 //   norm      ring(2F + 1 doubles) + ring(2F doubles) per split batch norm and micro-batch
+//   pool      ring(B_m C floats) per split global average pool and micro-batch
 //   gradients ring(split_params floats)                ring(n) = e (2n - |b_r| - |b_(r+1)|)
 //                                                     = 2 (P - 1)/P n e when P divides n
 // Compute per rank: the split layers' FLOPs / P (plus the halo rows' copies); the head replicated.

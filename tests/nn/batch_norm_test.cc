@@ -1,5 +1,6 @@
 // BatchNorm: finite differences (train and eval, 2-D and 4-D), running statistics against values
-// computed by hand, eval mode, and the synchronized-batch-norm hooks.
+// computed by hand, eval mode, the synchronized-batch-norm hooks, and the fused ReLU against a
+// separate one.
 #include "dtrain/nn/batch_norm.h"
 
 #include <gmock/gmock.h>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "dtrain/base/error.h"
+#include "dtrain/tensor/elementwise.h"
 #include "grad_check.h"
 
 namespace dtrain::nn {
@@ -249,6 +251,92 @@ TEST(BatchNorm, SyncHooksGiveTheWholeBatchResult) {
   }
   // Running statistics are those of the whole batch too.
   EXPECT_NEAR(half.running_var().data()[0], whole.running_var().data()[0], 1e-6f);
+}
+
+// The fused ReLU (ResidualBlock's bn1) against a plain batch norm followed by tensor::relu and
+// tensor::relu_backward, bit for bit: train and eval, planes of 1, 21 and 49 values (vector tails),
+// and the two-pass path a reducer takes (an identity reducer: the same sums).
+struct IdentityReducer final : BatchNormReducer {
+  void reduce_statistics(ChannelStats&) override {}
+  void reduce_gradient_sums(std::vector<double>&, std::vector<double>&) override {}
+};
+
+TEST(BatchNorm, FusedReluEqualsBatchNormThenReluBitForBit) {
+  const std::vector<tensor::Shape> shapes = {{6, 3}, {3, 2, 7, 3}, {2, 5, 7, 7}};
+  for (const tensor::Shape& shape : shapes) {
+    for (const bool train : {true, false}) {
+      for (const bool reduced : {false, true}) {
+        SCOPED_TRACE(tensor::shape_str(shape) + (train ? " train" : " eval") +
+                     (reduced ? " with a reducer" : ""));
+        const std::int64_t features = shape[1];
+        // beta of mixed signs so that a good share of the outputs is cut by the ReLU.
+        const tensor::Tensor x = random_tensor(shape, 31, 2.0f);
+        const tensor::Tensor dy = random_tensor(shape, 32);
+        ForwardContext ctx;
+        ctx.mode = train ? Mode::kTrain : Mode::kEval;
+        IdentityReducer identity;
+        BatchNorm plain("bn", features), fused("bn", features);
+        fused.set_fused_relu(true);
+        ParamStore plain_store, fused_store;
+        bind_single_layer(plain, plain_store);
+        bind_single_layer(fused, fused_store);
+        for (BatchNorm* bn : {&plain, &fused}) {
+          set_affine(*bn);
+          if (reduced) bn->set_reducer(&identity);
+          tensor::Tensor mean = bn->running_mean(), var = bn->running_var();
+          for (std::int64_t c = 0; c < features; ++c) {
+            mean.data()[c] = 0.1f * static_cast<float>(c);
+            var.data()[c] = 1.0f + 0.5f * static_cast<float>(c);
+          }
+        }
+        const tensor::Tensor& h = plain.forward(x, ctx);
+        tensor::Tensor r = tensor::Tensor::empty(shape);
+        tensor::relu(h.data(), r.data(), r.numel());
+        const std::vector<float> y = fused.forward(x, ctx).to_vector();
+        ASSERT_EQ(y, r.to_vector());
+        std::int64_t cut = 0;
+        for (const float v : y) cut += v == 0.0f ? 1 : 0;
+        EXPECT_GT(cut, 0);
+        EXPECT_LT(cut, r.numel());
+
+        tensor::Tensor g = tensor::Tensor::empty(shape);
+        tensor::relu_backward(r.data(), dy.data(), g.data(), g.numel());
+        const std::vector<float> dx_plain = plain.backward(g, true).to_vector();
+        const std::vector<float> dx_fused = fused.backward(dy, true).to_vector();
+        EXPECT_EQ(dx_fused, dx_plain);
+        EXPECT_EQ(fused.weight().to_vector(), plain.weight().to_vector());
+        EXPECT_EQ(fused_store.grad(0).to_vector(), plain_store.grad(0).to_vector());
+        EXPECT_EQ(fused_store.grad(1).to_vector(), plain_store.grad(1).to_vector());
+      }
+    }
+  }
+}
+
+// forward_add_relu (ResidualBlock's bn2 with the block's sum and ReLU) against forward and then
+// tensor::add_relu, bit for bit, in train and eval mode, with vector tails (planes of 21 values).
+TEST(BatchNorm, ForwardAddReluEqualsForwardThenAddReluBitForBit) {
+  const tensor::Shape shape = {3, 4, 7, 3};
+  const tensor::Tensor x = random_tensor(shape, 41, 2.0f);
+  const tensor::Tensor shortcut = random_tensor(shape, 42);
+  for (const bool train : {true, false}) {
+    SCOPED_TRACE(train ? "train" : "eval");
+    ForwardContext ctx;
+    ctx.mode = train ? Mode::kTrain : Mode::kEval;
+    BatchNorm plain("bn", shape[1]), fused("bn", shape[1]);
+    ParamStore plain_store, fused_store;
+    bind_single_layer(plain, plain_store);
+    bind_single_layer(fused, fused_store);
+    set_affine(plain);
+    set_affine(fused);
+    const tensor::Tensor& h = plain.forward(x, ctx);
+    tensor::Tensor expected = tensor::Tensor::empty(shape);
+    tensor::add_relu(h.data(), shortcut.data(), expected.data(), expected.numel());
+    const std::vector<float> y = fused.forward_add_relu(x, shortcut, ctx).to_vector();
+    EXPECT_EQ(y, expected.to_vector());
+    EXPECT_EQ(fused.running_mean().to_vector(), plain.running_mean().to_vector());
+    // The next plain forward has no residual left over.
+    EXPECT_EQ(fused.forward(x, ctx).to_vector(), plain.forward(x, ctx).to_vector());
+  }
 }
 
 }  // namespace

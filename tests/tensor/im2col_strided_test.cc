@@ -20,11 +20,16 @@ struct Case {
   std::int64_t c, h, w, kh, kw, stride, padding;
 };
 
+// 1x1, stride 2, no padding and 3x3, stride 2, padding 1 with rows of at most 32 pixels have
+// direct gathers: odd heights and widths, rows of 17 to 32 and over 32 floats, a single column.
 const std::vector<Case> kCases = {
     {16, 28, 28, 3, 3, 2, 1}, {16, 28, 28, 1, 1, 2, 0}, {32, 14, 14, 3, 3, 2, 1},
     {2, 7, 5, 3, 3, 2, 1},    {3, 6, 9, 2, 4, 3, 2},    {2, 4, 3, 1, 1, 2, 0},
     {4, 9, 11, 3, 2, 2, 3},   {2, 5, 4, 3, 3, 4, 1},    {1, 40, 41, 3, 3, 2, 1},
-    {1, 3, 3, 3, 3, 2, 1},    {2, 8, 8, 3, 3, 1, 1},
+    {1, 3, 3, 3, 3, 2, 1},    {2, 8, 8, 3, 3, 1, 1},    {3, 7, 37, 1, 1, 2, 0},
+    {2, 9, 33, 1, 1, 2, 0},   {2, 5, 1, 1, 1, 2, 0},    {32, 14, 14, 1, 1, 2, 0},
+    {3, 9, 31, 3, 3, 2, 1},   {2, 6, 32, 3, 3, 2, 1},   {2, 5, 17, 3, 3, 2, 1},
+    {1, 2, 1, 3, 3, 2, 1},    {2, 8, 33, 3, 3, 2, 1},
 };
 
 std::string case_str(const Case& k) {

@@ -101,12 +101,16 @@ TEST(Im2col, HandComputed) {
 
 // Stride-1 geometries for the padded path: rows shorter than, equal to and longer than its 16-float
 // block (OW = 1, 3, 10, 16, 17, 28, 33), padding 0 to larger than the kernel, several channels, a
-// single output pixel, and LeNet's two layers.
+// single output pixel, and LeNet's two layers; then 3x3 kernels with padding 1 on rows of at most
+// 16 pixels (the in-register path: ResNet's 14x14 and 7x7 maps, odd sizes, one-pixel rows and
+// columns) and just past it (17).
 const std::vector<Case> kStrideOneCases = {
     {1, 5, 5, 3, 3, 1, 0},   {1, 1, 1, 1, 1, 1, 0},   {2, 3, 3, 3, 3, 1, 0},
     {3, 6, 9, 2, 4, 1, 2},   {6, 14, 14, 5, 5, 1, 0}, {1, 28, 28, 5, 5, 1, 2},
     {2, 16, 16, 1, 1, 1, 0}, {2, 5, 17, 1, 1, 1, 0},  {1, 3, 3, 5, 5, 1, 1},
-    {4, 9, 33, 3, 2, 1, 3},  {2, 4, 1, 3, 1, 1, 1},
+    {4, 9, 33, 3, 2, 1, 3},  {2, 4, 1, 3, 1, 1, 1},   {32, 14, 14, 3, 3, 1, 1},
+    {3, 7, 7, 3, 3, 1, 1},   {2, 5, 16, 3, 3, 1, 1},  {2, 3, 1, 3, 3, 1, 1},
+    {1, 1, 9, 3, 3, 1, 1},   {2, 4, 17, 3, 3, 1, 1},
 };
 
 std::string case_str(const Case& k) {

@@ -32,6 +32,20 @@ void for_each_channel(std::int64_t channels, std::int64_t values_per_channel, co
   });
 }
 
+// The per-channel constants of the normalization: xhat = (x - mean) * inv_std, output gamma xhat +
+// beta, with relu max(that, 0).
+struct PlaneNorm {
+  float mean, inv_std, gamma, beta;
+  bool relu;
+};
+
+#if defined(__AVX512F__)
+inline __mmask16 tail16(std::int64_t count) {
+  return count >= 16 ? static_cast<__mmask16>(0xffffu)
+                     : static_cast<__mmask16>((1u << static_cast<unsigned>(count)) - 1u);
+}
+#endif
+
 // The per-channel passes below, one plane (H*W values of one image and channel) at a time. The
 // sums run in double, in vector lanes (16 with AVX-512: two registers of 8 doubles, lane l taking
 // values l, l + 16, ...; the tail of a plane is a masked load, whose zeros add nothing), carried
@@ -68,24 +82,32 @@ struct PlaneSums {
 #endif
   }
 
-  // a += dy, b += dy * xhat over the plane.
-  void add_sum_and_products(const float* dy, const float* xhat, std::int64_t n) {
+  // a += g, b += g * xhat over the plane, xhat = (x - mean) * inv_std recomputed from x, g = dy
+  // (with relu: where gamma xhat + beta, as normalize_plane rounds it, is > 0, else 0).
+  void add_sum_and_products(const float* x, const float* dy, std::int64_t n, const PlaneNorm& k) {
 #if defined(__AVX512F__)
-    std::int64_t p = 0;
-    for (; p + 16 <= n; p += 16) {
-      add_products(_mm256_loadu_ps(dy + p), _mm256_loadu_ps(dy + p + 8), _mm256_loadu_ps(xhat + p),
-                   _mm256_loadu_ps(xhat + p + 8));
-    }
-    if (p < n) {
-      const __mmask16 mask = tail_mask(n - p);
-      add_products(load_half(mask, dy + p), load_half(mask >> 8, dy + p + 8),
-                   load_half(mask, xhat + p), load_half(mask >> 8, xhat + p + 8));
+    const __m512 mean = _mm512_set1_ps(k.mean), inv_std = _mm512_set1_ps(k.inv_std);
+    const __m512 gamma = _mm512_set1_ps(k.gamma), beta = _mm512_set1_ps(k.beta);
+    const __m512 zero = _mm512_setzero_ps();
+    for (std::int64_t p = 0; p < n; p += 16) {
+      const __mmask16 mask = tail16(n - p);
+      const __m512 h =
+          _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + p), mean), inv_std);
+      __mmask16 live = mask;
+      if (k.relu) {
+        live = _mm512_mask_cmp_ps_mask(mask, _mm512_fmadd_ps(gamma, h, beta), zero, _CMP_GT_OQ);
+      }
+      // Masked-off lanes have g = 0 and add nothing (their h is finite).
+      const __m512 g = _mm512_maskz_loadu_ps(live, dy + p);
+      add_products(_mm512_extractf32x8_ps(g, 0), _mm512_extractf32x8_ps(g, 1),
+                   _mm512_extractf32x8_ps(h, 0), _mm512_extractf32x8_ps(h, 1));
     }
 #else
     for (std::int64_t p = 0; p < n; ++p) {
-      const double g = dy[p];
+      const float h = (x[p] - k.mean) * k.inv_std;
+      const double g = !k.relu || std::fma(k.gamma, h, k.beta) > 0.0f ? dy[p] : 0.0f;
       a[p % 8] += g;
-      b[p % 8] += g * xhat[p];
+      b[p % 8] += g * h;
     }
 #endif
   }
@@ -141,21 +163,66 @@ struct PlaneSums {
 #endif
 };
 
-// xhat = (x - mean) * inv_std, y = gamma * xhat + beta over one plane.
-void normalize_plane(const float* __restrict x, float* __restrict xhat, float* __restrict y,
-                     std::int64_t n, float mean, float inv_std, float gamma, float beta) {
-  for (std::int64_t p = 0; p < n; ++p) {
-    const float h = (x[p] - mean) * inv_std;
-    xhat[p] = h;
-    y[p] = gamma * h + beta;
+// y = gamma * xhat + beta over one plane, with relu max(., 0) of it as one fma: backward recomputes
+// that fma for the mask and must get the same bits. With a residual s (non-null), then y =
+// max(y + s, 0), as tensor::add_relu(y, s) gives it.
+void normalize_plane(const float* x, const float* residual, float* y, std::int64_t n,
+                     const PlaneNorm& k) {
+#if defined(__AVX512F__)
+  const __m512 mean = _mm512_set1_ps(k.mean), inv_std = _mm512_set1_ps(k.inv_std);
+  const __m512 gamma = _mm512_set1_ps(k.gamma), beta = _mm512_set1_ps(k.beta);
+  const __m512 zero = _mm512_setzero_ps();
+  for (std::int64_t p = 0; p < n; p += 16) {
+    const __mmask16 mask = tail16(n - p);
+    const __m512 h =
+        _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + p), mean), inv_std);
+    __m512 v = _mm512_fmadd_ps(gamma, h, beta);
+    if (k.relu) v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), v);
+    if (residual != nullptr) {
+      v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + p));
+      v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), v);
+    }
+    _mm512_mask_storeu_ps(y + p, mask, v);
   }
+#else
+  for (std::int64_t p = 0; p < n; ++p) {
+    const float v = std::fma(k.gamma, (x[p] - k.mean) * k.inv_std, k.beta);
+    y[p] = !k.relu || v > 0.0f ? v : 0.0f;
+    if (residual != nullptr) {
+      const float sum = y[p] + residual[p];
+      y[p] = sum > 0.0f ? sum : 0.0f;
+    }
+  }
+#endif
 }
 
-// dx = scale * (dy - mean_dy - xhat * mean_dy_xhat) over one plane.
-void batch_norm_dx_plane(const float* __restrict dy, const float* __restrict xhat,
-                         float* __restrict dx, std::int64_t n, float scale, float mean_dy,
-                         float mean_dy_xhat) {
-  for (std::int64_t p = 0; p < n; ++p) dx[p] = scale * (dy[p] - mean_dy - xhat[p] * mean_dy_xhat);
+// dx = scale * (g - mean_dy - xhat * mean_dy_xhat) over one plane, xhat recomputed from x and g =
+// dy (where the fused ReLU's recomputed output is > 0 with relu, else 0).
+void batch_norm_dx_plane(const float* x, const float* dy, float* dx, std::int64_t n,
+                         const PlaneNorm& k, float scale, float mean_dy, float mean_dy_xhat) {
+#if defined(__AVX512F__)
+  const __m512 mean = _mm512_set1_ps(k.mean), inv_std = _mm512_set1_ps(k.inv_std);
+  const __m512 gamma = _mm512_set1_ps(k.gamma), beta = _mm512_set1_ps(k.beta);
+  const __m512 zero = _mm512_setzero_ps(), scale_v = _mm512_set1_ps(scale);
+  const __m512 mean_dy_v = _mm512_set1_ps(mean_dy), mean_dy_xhat_v = _mm512_set1_ps(mean_dy_xhat);
+  for (std::int64_t p = 0; p < n; p += 16) {
+    const __mmask16 mask = tail16(n - p);
+    const __m512 h =
+        _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + p), mean), inv_std);
+    __mmask16 live = mask;
+    if (k.relu)
+      live = _mm512_mask_cmp_ps_mask(mask, _mm512_fmadd_ps(gamma, h, beta), zero, _CMP_GT_OQ);
+    const __m512 g = _mm512_maskz_loadu_ps(live, dy + p);
+    const __m512 t = _mm512_fnmadd_ps(h, mean_dy_xhat_v, _mm512_sub_ps(g, mean_dy_v));
+    _mm512_mask_storeu_ps(dx + p, mask, _mm512_mul_ps(scale_v, t));
+  }
+#else
+  for (std::int64_t p = 0; p < n; ++p) {
+    const float h = (x[p] - k.mean) * k.inv_std;
+    const float g = !k.relu || std::fma(k.gamma, h, k.beta) > 0.0f ? dy[p] : 0.0f;
+    dx[p] = scale * (g - mean_dy - h * mean_dy_xhat);
+  }
+#endif
 }
 
 }  // namespace
@@ -223,64 +290,108 @@ void BatchNorm::channel_sums(const tensor::Tensor& x, ChannelStats& stats) const
   });
 }
 
+void BatchNorm::check_count(const tensor::Shape& input) const {
+  if (count_ <= 1) {
+    throw ShapeError(fmt::format(
+        "layer {} ({}): train mode needs more than 1 value per channel to estimate a variance, "
+        "got input {} ({} per channel); use a batch of at least 2 or eval mode",
+        name(), describe(), tensor::shape_str(input), count_));
+  }
+}
+
 const tensor::Tensor& BatchNorm::forward(const tensor::Tensor& x, const ForwardContext& ctx) {
   output_shape(x.shape());
   DTRAIN_CHECK(x.is_contiguous(), "layer {}: input must be contiguous", name());
   const std::int64_t batch = x.dim(0);
   const std::int64_t plane = plane_size(x.shape());
   mode_ = ctx.mode;
-  std::vector<float> mean(static_cast<std::size_t>(features_));
+  x_ = x;
+  mean_.resize(static_cast<std::size_t>(features_));
   inv_std_.resize(static_cast<std::size_t>(features_));
   float* run_mean = running_mean_.data();
   float* run_var = running_var_.data();
-
+  y_.ensure_shape(x.shape());
+  const float* xd = x.data();
+  float* y = y_.data();
+  const float* gamma = gamma_.data();
+  const float* beta = beta_.data();
+  const auto normalize_channel = [&](std::int64_t c) {
+    const auto i = static_cast<std::size_t>(c);
+    // Last image first: right after the channel's sums its last planes are the likeliest still in
+    // cache (a ResNet's first stage has 400 KB per channel at batch 128, with L2 at 1 MB).
+    for (std::int64_t b = batch - 1; b >= 0; --b) {
+      const std::int64_t offset = (b * features_ + c) * plane;
+      normalize_plane(xd + offset, residual_ != nullptr ? residual_ + offset : nullptr, y + offset,
+                      plane, PlaneNorm{mean_[i], inv_std_[i], gamma[c], beta[c], relu_});
+    }
+  };
+  // The batch's mean and 1 / std of channel c from its sums; updates the running statistics.
+  const auto channel_statistics = [&](std::int64_t c) {
+    const auto i = static_cast<std::size_t>(c);
+    const double n = static_cast<double>(count_);
+    const double m = stats_.sum[i] / n;
+    const double var = std::max(stats_.sum_sq[i] / n - m * m, 0.0);
+    mean_[i] = static_cast<float>(m);
+    inv_std_[i] = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps_)));
+    run_mean[c] = static_cast<float>((1.0 - momentum_) * run_mean[c] + momentum_ * m);
+    run_var[c] =
+        static_cast<float>((1.0 - momentum_) * run_var[c] + momentum_ * var * n / (n - 1.0));
+  };
+  if (mode_ == Mode::kTrain && reducer_ == nullptr) {
+    // No other rank's sums to wait for: each channel is normalized right after its statistics,
+    // while its B*H*W values (400 KB at a ResNet's first stage at batch 128) are still in L2,
+    // instead of a second pass over the whole tensor from memory. The same operations in the same
+    // order as the two-pass path below, so the same bits.
+    count_ = batch * plane;
+    check_count(x.shape());
+    stats_.sum.assign(static_cast<std::size_t>(features_), 0.0);
+    stats_.sum_sq.assign(static_cast<std::size_t>(features_), 0.0);
+    stats_.count = count_;
+    for_each_channel(features_, count_, [&](std::int64_t c) {
+      PlaneSums sums;
+      for (std::int64_t b = 0; b < batch; ++b) {
+        sums.add_sum_and_squares(xd + (b * features_ + c) * plane, plane);
+      }
+      sums.totals(stats_.sum[static_cast<std::size_t>(c)],
+                  stats_.sum_sq[static_cast<std::size_t>(c)]);
+      channel_statistics(c);
+      normalize_channel(c);
+    });
+    return y_;
+  }
   if (mode_ == Mode::kTrain) {
     channel_sums(x, stats_);
     if (reducer_ != nullptr) reducer_->reduce_statistics(stats_);
     count_ = stats_.count;
-    if (count_ <= 1) {
-      throw ShapeError(fmt::format(
-          "layer {} ({}): train mode needs more than 1 value per channel to estimate a variance, "
-          "got input {} ({} per channel); use a batch of at least 2 or eval mode",
-          name(), describe(), tensor::shape_str(x.shape()), count_));
-    }
-    const double n = static_cast<double>(count_);
-    for (std::int64_t c = 0; c < features_; ++c) {
-      const auto i = static_cast<std::size_t>(c);
-      const double m = stats_.sum[i] / n;
-      const double var = std::max(stats_.sum_sq[i] / n - m * m, 0.0);
-      mean[i] = static_cast<float>(m);
-      inv_std_[i] = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps_)));
-      run_mean[c] = static_cast<float>((1.0 - momentum_) * run_mean[c] + momentum_ * m);
-      run_var[c] =
-          static_cast<float>((1.0 - momentum_) * run_var[c] + momentum_ * var * n / (n - 1.0));
-    }
+    check_count(x.shape());
+    for (std::int64_t c = 0; c < features_; ++c) channel_statistics(c);
   } else {
     count_ = batch * plane;
     for (std::int64_t c = 0; c < features_; ++c) {
       const auto i = static_cast<std::size_t>(c);
-      mean[i] = run_mean[c];
+      mean_[i] = run_mean[c];
       inv_std_[i] = static_cast<float>(
           1.0 / std::sqrt(static_cast<double>(run_var[c]) + static_cast<double>(eps_)));
     }
   }
+  for_each_channel(features_, batch * plane, normalize_channel);
+  return y_;
+}
 
-  xhat_.ensure_shape(x.shape());
-  y_.ensure_shape(x.shape());
-  const float* xd = x.data();
-  float* xhat = xhat_.data();
-  float* y = y_.data();
-  const float* gamma = gamma_.data();
-  const float* beta = beta_.data();
-  for_each_channel(features_, batch * plane, [&](std::int64_t c) {
-    const float m = mean[static_cast<std::size_t>(c)];
-    const float s = inv_std_[static_cast<std::size_t>(c)];
-    const float g = gamma[c], sh = beta[c];
-    for (std::int64_t b = 0; b < batch; ++b) {
-      const std::int64_t offset = (b * features_ + c) * plane;
-      normalize_plane(xd + offset, xhat + offset, y + offset, plane, m, s, g, sh);
-    }
-  });
+const tensor::Tensor& BatchNorm::forward_add_relu(const tensor::Tensor& x,
+                                                  const tensor::Tensor& shortcut,
+                                                  const ForwardContext& ctx) {
+  DTRAIN_CHECK(shortcut.shape() == x.shape() && shortcut.is_contiguous(),
+               "layer {}: shortcut shape {} differs from input shape {}", name(),
+               tensor::shape_str(shortcut.shape()), tensor::shape_str(x.shape()));
+  residual_ = shortcut.data();
+  try {
+    forward(x, ctx);
+  } catch (...) {
+    residual_ = nullptr;
+    throw;
+  }
+  residual_ = nullptr;
   return y_;
 }
 
@@ -291,14 +402,21 @@ const tensor::Tensor& BatchNorm::backward(const tensor::Tensor& dy, bool need_in
   const std::int64_t batch = dy.dim(0);
   const std::int64_t plane = plane_size(dy.shape());
   const float* g = dy.data();
-  const float* xhat = xhat_.data();
+  const float* xd = x_.data();
   sum_dy_.assign(static_cast<std::size_t>(features_), 0.0);
   sum_dy_xhat_.assign(static_cast<std::size_t>(features_), 0.0);
   const bool train = mode_ == Mode::kTrain;
   if (need_input_grad) dx_.ensure_shape(dy.shape());
   float* dx = dx_.data();
   const float* gamma = gamma_.data();
+  const float* beta = beta_.data();
   const double n = static_cast<double>(count_);
+  // xhat is recomputed from x (forward keeps no copy: one stream of B*C*H*W floats fewer
+  // written there), and dy masked by the fused ReLU's recomputed output.
+  const auto plane_norm = [&](std::int64_t c) {
+    const auto i = static_cast<std::size_t>(c);
+    return PlaneNorm{mean_[i], inv_std_[i], gamma[c], beta[c], relu_};
+  };
   // dx of channel c from its sums (global ones in a synchronized batch norm).
   const auto channel_dx = [&](std::int64_t c) {
     const auto i = static_cast<std::size_t>(c);
@@ -306,21 +424,24 @@ const tensor::Tensor& BatchNorm::backward(const tensor::Tensor& dy, bool need_in
     // In eval mode mean and var are constants: dx = scale * dy.
     const float mean_dy = train ? static_cast<float>(sum_dy_[i] / n) : 0.0f;
     const float mean_dy_xhat = train ? static_cast<float>(sum_dy_xhat_[i] / n) : 0.0f;
-    for (std::int64_t b = 0; b < batch; ++b) {
+    const PlaneNorm k = plane_norm(c);
+    // Last image first, as normalize_channel in forward (elementwise: the order changes no bits).
+    for (std::int64_t b = batch - 1; b >= 0; --b) {
       const std::int64_t offset = (b * features_ + c) * plane;
-      batch_norm_dx_plane(g + offset, xhat + offset, dx + offset, plane, scale, mean_dy,
+      batch_norm_dx_plane(xd + offset, g + offset, dx + offset, plane, k, scale, mean_dy,
                           mean_dy_xhat);
     }
   };
   // Without a reducer no channel waits for other ranks' sums, so each channel's dx follows its own
-  // sums while its values (B*H*W floats of dy and of xhat: 800 KB at a ResNet's first stage at
+  // sums while its values (B*H*W floats of dy and of x: 800 KB at a ResNet's first stage at
   // batch 128) are still in L2, instead of a second pass over the whole tensor from memory.
   const bool dx_with_sums = need_input_grad && (!train || reducer_ == nullptr);
   for_each_channel(features_, batch * plane, [&](std::int64_t c) {
     PlaneSums sums;
+    const PlaneNorm k = plane_norm(c);
     for (std::int64_t b = 0; b < batch; ++b) {
       const std::int64_t offset = (b * features_ + c) * plane;
-      sums.add_sum_and_products(g + offset, xhat + offset, plane);
+      sums.add_sum_and_products(xd + offset, g + offset, plane, k);
     }
     sums.totals(sum_dy_[static_cast<std::size_t>(c)], sum_dy_xhat_[static_cast<std::size_t>(c)]);
     if (dx_with_sums) channel_dx(c);
@@ -367,6 +488,7 @@ void GroupBatchNormReducer::reduce_gradient_sums(std::vector<double>& sum_dy,
 std::unique_ptr<Layer> BatchNorm::clone() const {
   auto copy = std::make_unique<BatchNorm>(name(), features_, momentum_, eps_);
   copy->reducer_ = reducer_;  // a synchronized batch norm stays synchronized in every slot
+  copy->relu_ = relu_;
   return copy;
 }
 

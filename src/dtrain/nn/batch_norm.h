@@ -25,7 +25,12 @@
 // data parallelism switches them to synchronized ones after the fact.
 // var comes from sum(x^2)/N - mean^2 in double: exact enough for f32 activations (the cancellation
 // costs log10(mean^2/var) of double's 16 digits) and what lets the statistics be summed.
-// Cost: about 3 passes over x forward and 3 backward; channels are split over the compute pool.
+// Cost: forward reads x twice and writes y; backward reads x and dy twice and writes dx (xhat is
+// not stored: backward recomputes it from a view of x, the same bits); channels are split over the
+// compute pool. Without a reducer each channel is normalized right after its sums (forward) and its
+// dx follows its sums (backward) while its B*H*W values are still in L2, so the second read of
+// each comes from cache. With a fused ReLU (set_fused_relu) the mask comes from the recomputed
+// gamma xhat + beta (one fma, as forward rounds it), not from a stored output.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +88,13 @@ class BatchNorm : public Layer {
 
   const tensor::Tensor& forward(const tensor::Tensor& x, const ForwardContext& ctx) override;
   const tensor::Tensor& backward(const tensor::Tensor& dy, bool need_input_grad) override;
+  // forward(x), then y = max(y + shortcut, 0) in the same pass (shortcut: x's shape, contiguous,
+  // not this layer's output): a residual block's last batch norm, sum and ReLU (nn::ResidualBlock),
+  // the same bits as tensor::add_relu after forward, one pass over the output fewer. backward is
+  // unchanged: it takes the gradient at the batch norm's own output, so the caller applies the
+  // ReLU's mask (from this output) first, as before.
+  const tensor::Tensor& forward_add_relu(const tensor::Tensor& x, const tensor::Tensor& shortcut,
+                                         const ForwardContext& ctx);
 
   // The local statistics of x (B, F, ...) per channel, as forward uses them in train mode.
   void channel_sums(const tensor::Tensor& x, ChannelStats& stats) const;
@@ -100,9 +112,20 @@ class BatchNorm : public Layer {
   // must outlive its use.
   void set_reducer(BatchNormReducer* reducer) { reducer_ = reducer; }
   BatchNormReducer* reducer() const { return reducer_; }
+  // Fuses a ReLU into the output: forward gives max(gamma xhat + beta, 0) and backward takes the
+  // gradient of that (dy where the output is > 0, else 0), the same values as this layer followed
+  // by an Activation("relu") or tensor::relu / relu_backward, one pass over the tensor fewer each
+  // way. nn::ResidualBlock sets it on its bn1.
+  void set_fused_relu(bool on) { relu_ = on; }
+  bool fused_relu() const { return relu_; }
 
  private:
+  // The ShapeError for count_ <= 1 in train mode (no variance to estimate).
+  void check_count(const tensor::Shape& input) const;
+
   BatchNormReducer* reducer_ = nullptr;
+  bool relu_ = false;
+  const float* residual_ = nullptr;  // forward_add_relu's shortcut, during that call only
   std::int64_t features_;
   float momentum_;
   float eps_;
@@ -112,11 +135,11 @@ class BatchNorm : public Layer {
   Mode mode_ = Mode::kTrain;                              // of the last forward
   std::int64_t count_ = 0;  // N of the last forward (global in a synchronized batch norm)
   ChannelStats stats_;
-  std::vector<float> inv_std_;  // (F) of the last forward
+  std::vector<float> mean_, inv_std_;  // (F) of the last forward
   std::vector<double> sum_dy_, sum_dy_xhat_;
-  tensor::Tensor xhat_;  // same shape as x
-  tensor::Tensor y_;     // same shape as x
-  tensor::Tensor dx_;    // same shape as x
+  tensor::Tensor x_;   // view of the last input: backward recomputes xhat from it
+  tensor::Tensor y_;   // same shape as x
+  tensor::Tensor dx_;  // same shape as x
   tensor::Tensor none_;
 };
 

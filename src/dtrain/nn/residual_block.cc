@@ -28,6 +28,8 @@ ResidualBlock::ResidualBlock(std::string name, std::int64_t in_channels, std::in
   conv1_ = std::make_unique<Conv2d>(base + ".conv1", in_channels, out_channels, 3, stride, 1,
                                     /*bias=*/false, init, sigma);
   bn1_ = std::make_unique<BatchNorm>(base + ".bn1", out_channels);
+  // relu(bn1(.)) in one pass each way (the same values as a separate ReLU).
+  bn1_->set_fused_relu(true);
   conv2_ = std::make_unique<Conv2d>(base + ".conv2", out_channels, out_channels, 3, 1, 1,
                                     /*bias=*/false, init, sigma);
   bn2_ = std::make_unique<BatchNorm>(base + ".bn2", out_channels);
@@ -92,27 +94,13 @@ void ResidualBlock::init(Rng& rng) {
 
 const tensor::Tensor& ResidualBlock::forward(const tensor::Tensor& x, const ForwardContext& ctx) {
   x_ = x;
-  const tensor::Tensor& h1 = bn1_->forward(conv1_->forward(x, ctx), ctx);
-  r_.ensure_shape(h1.shape());
-  {
-    const float* in = h1.data();
-    float* out = r_.data();
-    for_each_range(r_.numel(), [&](std::int64_t begin, std::int64_t end) {
-      tensor::relu(in + begin, out + begin, end - begin);
-    });
-  }
-  const tensor::Tensor& main = bn2_->forward(conv2_->forward(r_, ctx), ctx);
+  // bn1 applies the ReLU itself (set_fused_relu).
+  const tensor::Tensor& r = bn1_->forward(conv1_->forward(x, ctx), ctx);
+  // The shortcut first, so that bn2 adds it and applies the block's ReLU while it normalizes
+  // (forward_add_relu: y = relu(bn2(conv2(r)) + s) in one pass, the bits of tensor::add_relu).
   const tensor::Tensor& shortcut =
       has_projection() ? shortcut_bn_->forward(shortcut_conv_->forward(x, ctx), ctx) : x;
-  DTRAIN_CHECK(main.shape() == shortcut.shape(), "layer {}: branches {} and {}", name(),
-               tensor::shape_str(main.shape()), tensor::shape_str(shortcut.shape()));
-  y_.ensure_shape(main.shape());
-  const float* m = main.data();
-  const float* s = shortcut.data();
-  float* y = y_.data();
-  for_each_range(y_.numel(), [&](std::int64_t begin, std::int64_t end) {
-    tensor::add_relu(m + begin, s + begin, y + begin, end - begin);
-  });
+  y_ = bn2_->forward_add_relu(conv2_->forward(r, ctx), shortcut, ctx);
   return y_;
 }
 
@@ -130,17 +118,9 @@ const tensor::Tensor& ResidualBlock::backward(const tensor::Tensor& dy, bool nee
     });
   }
   // Main branch, last layer first.
+  // bn1's backward applies its fused ReLU's mask to dr.
   const tensor::Tensor& dr = conv2_->backward(bn2_->backward(g_, true), true);
-  dr_.ensure_shape(r_.shape());
-  {
-    const float* in = dr.data();
-    const float* r = r_.data();
-    float* out = dr_.data();
-    for_each_range(dr_.numel(), [&](std::int64_t begin, std::int64_t end) {
-      tensor::relu_backward(r + begin, in + begin, out + begin, end - begin);
-    });
-  }
-  const tensor::Tensor& dx_main = conv1_->backward(bn1_->backward(dr_, true), need_input_grad);
+  const tensor::Tensor& dx_main = conv1_->backward(bn1_->backward(dr, true), need_input_grad);
   // The shortcut gets g too; its parameters need gradients even when x does not.
   const tensor::Tensor* dx_shortcut = &g_;
   if (has_projection()) {

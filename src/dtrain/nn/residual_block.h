@@ -10,7 +10,8 @@
 // "<name>.shortcut_bn", so their tensors are "block1.conv1.weight" and so on.
 // Backward: g = dy * [y > 0] flows into both branches; dx is the sum of the main branch's dx and
 // the shortcut's (g itself for the identity). The ReLU at 0 takes its left derivative, 0, as
-// nn::Activation does.
+// nn::Activation does. The ReLU after bn1 runs inside bn1 (BatchNorm::set_fused_relu): its output
+// and mask in the batch norm's own passes.
 // Cost: two 3x3 convolutions (2 * B * OH*OW * 9 * (C*F + F*F) FLOPs forward), plus F*C*OH*OW*2*B
 // for a projection, and a few element-wise passes.
 #pragma once
@@ -54,10 +55,8 @@ class ResidualBlock : public Layer {
   std::unique_ptr<Conv2d> conv1_, conv2_, shortcut_conv_;
   std::unique_ptr<BatchNorm> bn1_, bn2_, shortcut_bn_;
   tensor::Tensor x_;   // view of the last input (the identity shortcut)
-  tensor::Tensor r_;   // ReLU(bn1(conv1(x))), (B, F, OH, OW)
   tensor::Tensor y_;   // (B, F, OH, OW)
-  tensor::Tensor g_;   // dy * [y > 0], then reused for dr
-  tensor::Tensor dr_;  // dL/d bn1 output
+  tensor::Tensor g_;   // dy * [y > 0]
   tensor::Tensor dx_;  // (B, C, H, W)
   tensor::Tensor none_;
 };

@@ -162,8 +162,14 @@ class Splitter {
                                      tensor::Shape& shape, bool first) {
     // conv1, bn1, conv2, bn2, then the projection's conv and bn (residual_block.h).
     const std::vector<Layer*> sub = const_cast<ResidualBlock&>(block).sublayers();
+    // bn1 carries the block's first ReLU itself where the block fused it
+    // (BatchNorm::set_fused_relu), and its clone keeps it: no second ReLU then.
     const Activation relu(block.name() + ".relu", ActivationKind::kRelu);
-    const std::vector<const Layer*> body{sub[0], sub[1], &relu, sub[2], sub[3]};
+    const auto* bn1 = dynamic_cast<const BatchNorm*>(sub[1]);
+    std::vector<const Layer*> body{sub[0], sub[1]};
+    if (bn1 == nullptr || !bn1->fused_relu()) body.push_back(&relu);
+    body.push_back(sub[2]);
+    body.push_back(sub[3]);
     std::vector<const Layer*> shortcut;
     if (block.has_projection()) shortcut = {sub[4], sub[5]};
     return split_branches(

@@ -27,6 +27,73 @@ std::int64_t col2im_row_stride(const ConvGeometry& g) {
   return (g.width + 2 * g.padding + kBlock - 1) / kBlock * kBlock;
 }
 
+#if defined(__AVX512F__)
+// A 3x3 kernel with padding 1 on rows of at most 16 pixels (a ResNet's stages 2 and 3: 14x14 and
+// 7x7 maps) works row by row in registers, without the padded copy: an image row y = oh + i - 1
+// is one masked load (zeros past W, and all zeros for the padding rows), and the three kernel
+// columns are that row moved up one lane (j = 0: x = ow - 1, 0 at ow = 0), as is (j = 1) and moved
+// down one lane (j = 2: x = ow + 1, 0 past the row).
+bool three_by_three_short_rows(const ConvGeometry& g) {
+  return g.kernel_h == 3 && g.kernel_w == 3 && g.stride == 1 && g.padding == 1 && g.width <= 16;
+}
+
+const __m512i kUpOne = _mm512_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14);
+const __m512i kDownOne = _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0);
+constexpr __mmask16 kNotFirst = 0xfffe;
+constexpr __mmask16 kNotLast = 0x7fff;
+
+__mmask16 first_lanes(std::int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
+
+void im2col_three_by_three(const ConvGeometry& g, const float* image, float* cols) {
+  const std::int64_t oh_count = g.out_height();  // = H
+  const std::int64_t ow_count = g.out_width();   // = W
+  const std::int64_t plane = oh_count * ow_count;
+  const __mmask16 lanes = first_lanes(ow_count);
+  for (std::int64_t c = 0; c < g.channels; ++c) {
+    for (std::int64_t i = 0; i < 3; ++i) {
+      float* out = cols + (c * 3 + i) * 3 * plane;
+      for (std::int64_t oh = 0; oh < oh_count; ++oh, out += ow_count) {
+        const std::int64_t y = oh + i - 1;
+        const __m512 row = y >= 0 && y < g.height
+                               ? _mm512_maskz_loadu_ps(lanes, image + (c * g.height + y) * g.width)
+                               : _mm512_setzero_ps();
+        _mm512_mask_storeu_ps(out, lanes, _mm512_maskz_permutexvar_ps(kNotFirst, kUpOne, row));
+        _mm512_mask_storeu_ps(out + plane, lanes, row);
+        _mm512_mask_storeu_ps(out + 2 * plane, lanes,
+                              _mm512_maskz_permutexvar_ps(kNotLast, kDownOne, row));
+      }
+    }
+  }
+}
+
+// The adjoint: image row y sums, from 0 and in (i, j) order as col2im does (the same bits), the
+// cols rows (c, i, j) at oh = y + 1 - i, row j = 0 moved down one lane, j = 1 as is, j = 2 moved
+// up one lane.
+void col2im_three_by_three(const ConvGeometry& g, const float* cols, float* image) {
+  const std::int64_t oh_count = g.out_height();
+  const std::int64_t ow_count = g.out_width();
+  const std::int64_t plane = oh_count * ow_count;
+  const __mmask16 lanes = first_lanes(ow_count);
+  for (std::int64_t c = 0; c < g.channels; ++c) {
+    for (std::int64_t y = 0; y < g.height; ++y) {
+      __m512 sum = _mm512_setzero_ps();
+      for (std::int64_t i = 0; i < 3; ++i) {
+        const std::int64_t oh = y + 1 - i;
+        if (oh < 0 || oh >= oh_count) continue;
+        const float* in = cols + (c * 3 + i) * 3 * plane + oh * ow_count;
+        sum = _mm512_add_ps(
+            sum, _mm512_maskz_permutexvar_ps(kNotLast, kDownOne, _mm512_maskz_loadu_ps(lanes, in)));
+        sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(lanes, in + plane));
+        sum = _mm512_add_ps(
+            sum, _mm512_maskz_permutexvar_ps(kNotFirst, kUpOne,
+                                             _mm512_maskz_loadu_ps(lanes, in + 2 * plane)));
+      }
+      _mm512_mask_storeu_ps(image + (c * g.height + y) * g.width, lanes, sum);
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 std::int64_t im2col_padded_scratch_size(const ConvGeometry& g) {
@@ -35,6 +102,12 @@ std::int64_t im2col_padded_scratch_size(const ConvGeometry& g) {
 
 void im2col_padded(const ConvGeometry& g, const float* image, float* scratch, float* cols) {
   check_stride_one(g);
+#if defined(__AVX512F__)
+  if (three_by_three_short_rows(g)) {
+    im2col_three_by_three(g, image, cols);
+    return;
+  }
+#endif
   const std::int64_t padded_h = g.height + 2 * g.padding;
   const std::int64_t padded_w = g.width + 2 * g.padding;
   const std::int64_t oh_count = g.out_height();
@@ -88,6 +161,10 @@ void im2col_padded(const ConvGeometry& g, const float* image, float* scratch, fl
 // after storing it one float to the left for the next j, a load the store cannot forward to.
 void col2im_padded(const ConvGeometry& g, const float* cols, float* scratch, float* image) {
   check_stride_one(g);
+  if (three_by_three_short_rows(g)) {
+    col2im_three_by_three(g, cols, image);
+    return;
+  }
   const std::int64_t padded_h = g.height + 2 * g.padding;
   const std::int64_t stride = col2im_row_stride(g);
   const std::int64_t oh_count = g.out_height();

@@ -15,6 +15,10 @@
 // contributions in (c, i, j) order, so the bits equal col2im's.
 // Cost: C*KH*KW*OH*OW floats moved each way, plus C*(H+2P)*(W+2P) for the padded copy (a single
 // memcpy when P = 0).
+// With AVX-512, a 3x3 kernel with padding 1 on rows of at most 16 pixels (a ResNet's 14x14 and 7x7
+// maps) skips the padded copy: each image row is one masked load, and its three kernel columns are
+// that row moved up a lane, as is and moved down a lane (col2im: the adjoint, summed in registers
+// in the same (c, i, j) order, so the same bits).
 #pragma once
 
 #include <cstdint>

@@ -13,6 +13,9 @@
 // dcols row into the phase planes with the same moves and interleaves the planes back into the
 // image, OVERWRITING it (im2col.h's col2im adds to it, so its callers zeroed it first).
 // Cost: C*KH*KW*OH*OW floats moved each way, plus C*(H + 2P)*(W + 2P) for the phase planes.
+// A 1x1 kernel with stride 2 and no padding (a ResNet's projection shortcut) skips the phase planes
+// with AVX-512: its cols are the even pixels of the even rows, gathered (and, for col2im, put back
+// between zeros) straight from and to the image, C*OH*OW floats read and C*H*W written.
 #pragma once
 
 #include <cstdint>

@@ -51,6 +51,8 @@ const std::vector<Case> kCases = {
     {2, 5, 28, 3, 3, 1, 8},
     {3, 4, 19, 3, 3, 0, 5},
     {1, 3, 30, 3, 3, 2, 6},
+    // Taller than 32 output rows (the 4 x 3 kernel's stack rows hold 32): the generic kernel.
+    {2, 40, 24, 3, 3, 1, 5},
 };
 
 TEST(ConvDirect, SupportsStrideOneWithRowsOf17To32) {

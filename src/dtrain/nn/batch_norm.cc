@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#if defined(__AVX512F__)
+// The AVX-512 passes need DQ (_mm512_extractf32x8_ps) as well as F.
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+#define DTRAIN_BATCH_NORM_AVX512 1
 #include <immintrin.h>
 #endif
 
@@ -39,7 +41,7 @@ struct PlaneNorm {
   bool relu;
 };
 
-#if defined(__AVX512F__)
+#if defined(DTRAIN_BATCH_NORM_AVX512)
 inline __mmask16 tail16(std::int64_t count) {
   return count >= 16 ? static_cast<__mmask16>(0xffffu)
                      : static_cast<__mmask16>((1u << static_cast<unsigned>(count)) - 1u);
@@ -54,7 +56,7 @@ inline __mmask16 tail16(std::int64_t count) {
 // reduction without -ffast-math: the scalar loop (one dependent add per value) was 9% of a ResNet
 // step.
 struct PlaneSums {
-#if defined(__AVX512F__)
+#if defined(DTRAIN_BATCH_NORM_AVX512)
   __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
   __m512d b0 = _mm512_setzero_pd(), b1 = _mm512_setzero_pd();
 #else
@@ -64,7 +66,7 @@ struct PlaneSums {
 
   // a += x, b += x * x over the plane.
   void add_sum_and_squares(const float* x, std::int64_t n) {
-#if defined(__AVX512F__)
+#if defined(DTRAIN_BATCH_NORM_AVX512)
     std::int64_t p = 0;
     for (; p + 16 <= n; p += 16) {
       add_squares(_mm256_loadu_ps(x + p), _mm256_loadu_ps(x + p + 8));
@@ -85,7 +87,7 @@ struct PlaneSums {
   // a += g, b += g * xhat over the plane, xhat = (x - mean) * inv_std recomputed from x, g = dy
   // (with relu: where gamma xhat + beta, as normalize_plane rounds it, is > 0, else 0).
   void add_sum_and_products(const float* x, const float* dy, std::int64_t n, const PlaneNorm& k) {
-#if defined(__AVX512F__)
+#if defined(DTRAIN_BATCH_NORM_AVX512)
     const __m512 mean = _mm512_set1_ps(k.mean), inv_std = _mm512_set1_ps(k.inv_std);
     const __m512 gamma = _mm512_set1_ps(k.gamma), beta = _mm512_set1_ps(k.beta);
     const __m512 zero = _mm512_setzero_ps();
@@ -114,7 +116,7 @@ struct PlaneSums {
 
   // The lanes' totals, added in a fixed order.
   void totals(double& sum_a, double& sum_b) const {
-#if defined(__AVX512F__)
+#if defined(DTRAIN_BATCH_NORM_AVX512)
     alignas(64) double lanes_a[8], lanes_b[8];
     _mm512_store_pd(lanes_a, _mm512_add_pd(a0, a1));
     _mm512_store_pd(lanes_b, _mm512_add_pd(b0, b1));
@@ -132,7 +134,7 @@ struct PlaneSums {
 #endif
   }
 
-#if defined(__AVX512F__)
+#if defined(DTRAIN_BATCH_NORM_AVX512)
  private:
   static __mmask16 tail_mask(std::int64_t count) {
     return static_cast<__mmask16>((1u << static_cast<unsigned>(count)) - 1u);
@@ -168,7 +170,7 @@ struct PlaneSums {
 // max(y + s, 0), as tensor::add_relu(y, s) gives it.
 void normalize_plane(const float* x, const float* residual, float* y, std::int64_t n,
                      const PlaneNorm& k) {
-#if defined(__AVX512F__)
+#if defined(DTRAIN_BATCH_NORM_AVX512)
   const __m512 mean = _mm512_set1_ps(k.mean), inv_std = _mm512_set1_ps(k.inv_std);
   const __m512 gamma = _mm512_set1_ps(k.gamma), beta = _mm512_set1_ps(k.beta);
   const __m512 zero = _mm512_setzero_ps();
@@ -200,7 +202,7 @@ void normalize_plane(const float* x, const float* residual, float* y, std::int64
 // dy (where the fused ReLU's recomputed output is > 0 with relu, else 0).
 void batch_norm_dx_plane(const float* x, const float* dy, float* dx, std::int64_t n,
                          const PlaneNorm& k, float scale, float mean_dy, float mean_dy_xhat) {
-#if defined(__AVX512F__)
+#if defined(DTRAIN_BATCH_NORM_AVX512)
   const __m512 mean = _mm512_set1_ps(k.mean), inv_std = _mm512_set1_ps(k.inv_std);
   const __m512 gamma = _mm512_set1_ps(k.gamma), beta = _mm512_set1_ps(k.beta);
   const __m512 zero = _mm512_setzero_ps(), scale_v = _mm512_set1_ps(scale);

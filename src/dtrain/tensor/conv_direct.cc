@@ -351,8 +351,10 @@ void conv_direct_weight_grad(const ConvGeometry& g, std::int64_t filters, const 
                              const float* image, float* scratch, float* lanes) {
   check_supported(g);
   const float* shifted = build_shifted(g, image, scratch);
-  if (g.kernel_w == kGradShifts3) {
-    weight_grad_rows_4x3(g, filters, dy, shifted, lanes);
+  if (g.kernel_w == kGradShifts3 && g.out_height() <= 2 * kConvDirectLanes) {
+    weight_grad_rows_4x3(g, filters, dy, shifted, lanes);  // its aligned dy rows fit the stack
+  } else if (g.kernel_w == kGradShifts3) {
+    weight_grad_rows<kGradFilters3, kGradShifts3>(g, filters, dy, shifted, lanes);
   } else {
     weight_grad_rows<kGradFilters, kGradShifts>(g, filters, dy, shifted, lanes);
   }

@@ -574,8 +574,10 @@ RunSummary Trainer::run() {
     return {flags[0], flags[1] != 0};
   };
   int stopped_by = 0;
-  bool checkpoint_pending = false;  // due (steps, clock) while the strategy could not take it
-  bool saved_at_stop = false;       // whether the stop wrote a checkpoint
+  // Checkpoints due (steps, clock; memory tier) while the strategy could not take them.
+  bool checkpoint_pending = false;
+  bool memory_pending = false;
+  bool saved_at_stop = false;  // whether the stop wrote a checkpoint
   const FaultSpec fault = parse_fault(config_.parallel.inject_fault);
   // Under mpirun with one rank per process, a failing rank is a dying process.
   const bool process_rank = comm::launched_by_mpirun() && config_.parallel.workers == 1;
@@ -751,14 +753,16 @@ RunSummary Trainer::run() {
         // A checkpoint or a stop that falls between two of the strategy's checkpointable steps
         // (local SGD between averages) waits for the next one; the epoch's end is one.
         const bool boundary = strategy_->can_checkpoint_now();
-        checkpoint_pending = checkpoint_pending || step_due || time_due;
+        checkpoint_pending = mid_epoch && (checkpoint_pending || step_due || time_due);
+        memory_pending = mid_epoch && (memory_pending || memory_due());
         if (mid_epoch && boundary && (signal != 0 || checkpoint_pending)) {
           save(epoch, step_in_epoch * batch, so_far, /*fatal=*/signal != 0);
           since_checkpoint.reset();
-          checkpoint_pending = false;
+          checkpoint_pending = memory_pending = false;
           saved_at_stop = signal != 0;
-        } else if (mid_epoch && boundary && memory_due()) {
+        } else if (mid_epoch && boundary && memory_pending) {
           save(epoch, step_in_epoch * batch, so_far, /*fatal=*/false, /*to_memory=*/true);
+          memory_pending = false;
         }
         if (signal != 0 && (boundary || !mid_epoch)) {
           stopped_by = signal;
@@ -826,10 +830,11 @@ RunSummary Trainer::run() {
          (t.checkpoint_every > 0 && (epoch + 1) % t.checkpoint_every == 0))) {
       save(epoch + 1, 0, EpochCarry{}, /*fatal=*/last || signal != 0);
       since_checkpoint.reset();
-      checkpoint_pending = false;
+      checkpoint_pending = memory_pending = false;
       saved_at_stop = signal != 0;
-    } else if (mid_epoch && memory_due()) {
+    } else if (mid_epoch && (memory_pending || memory_due())) {
       save(epoch + 1, 0, EpochCarry{}, /*fatal=*/false, /*to_memory=*/true);
+      memory_pending = false;
     }
     if (signal != 0) stopped_by = signal;
     if (stopped_by != 0) break;

@@ -9,7 +9,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -24,11 +23,14 @@
 #include "dtrain/nn/model_zoo.h"
 #include "dtrain/parallel/comm_group.h"
 #include "grad_check.h"
+#include "spatial_bands.h"
 
 namespace dtrain::parallel {
 namespace {
 
+using dtrain::testing::band;
 using dtrain::testing::random_tensor;
+using dtrain::testing::relative;
 
 constexpr std::int64_t kBatch = 3, kChannels = 2, kWidth = 7, kClasses = 3;
 
@@ -48,29 +50,6 @@ std::unique_ptr<nn::Model> small_cnn(std::int64_t height, std::int64_t pool = 2)
   model->build();
   model->init(5);
   return model;
-}
-
-// Rows [begin, begin + rows) of every plane of x (B, C, H, W).
-tensor::Tensor band(const tensor::Tensor& x, std::int64_t begin, std::int64_t rows) {
-  const std::int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3);
-  tensor::Tensor out = tensor::Tensor::empty({x.dim(0), x.dim(1), rows, w});
-  for (std::int64_t p = 0; p < planes; ++p) {
-    for (std::int64_t i = 0; i < rows * w; ++i) {
-      out.data()[p * rows * w + i] = x.data()[(p * h + begin) * w + i];
-    }
-  }
-  return out;
-}
-
-// ||a - b|| / max(||b||, floor): a gradient that is zero up to rounding (a bias before a batch
-// norm, which removes its effect) is compared absolutely, to floor x the tolerance.
-double relative(const float* a, const float* b, std::int64_t n, double floor = 1e-2) {
-  double diff = 0.0, norm = 0.0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    norm += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), floor);
 }
 
 struct SplitCase {

@@ -9,7 +9,6 @@
 // nothing is gathered.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,11 +25,14 @@
 #include "dtrain/nn/spatial_model.h"
 #include "dtrain/parallel/comm_group.h"
 #include "grad_check.h"
+#include "spatial_bands.h"
 
 namespace dtrain::parallel {
 namespace {
 
+using dtrain::testing::band;
 using dtrain::testing::random_tensor;
+using dtrain::testing::relative;
 
 constexpr std::int64_t kBatch = 3, kWidth = 8, kClasses = 3;
 
@@ -76,27 +78,6 @@ std::unique_ptr<nn::Model> residual_list(std::int64_t height) {
   model->build();
   model->init(9);
   return model;
-}
-
-tensor::Tensor band(const tensor::Tensor& x, std::int64_t begin, std::int64_t rows) {
-  const std::int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3);
-  tensor::Tensor out = tensor::Tensor::empty({x.dim(0), x.dim(1), rows, w});
-  for (std::int64_t p = 0; p < planes; ++p) {
-    for (std::int64_t i = 0; i < rows * w; ++i) {
-      out.data()[p * rows * w + i] = x.data()[(p * h + begin) * w + i];
-    }
-  }
-  return out;
-}
-
-// ||a - b|| / max(||b||, floor) (floor: gradients that are zero up to rounding).
-double relative(const float* a, const float* b, std::int64_t n, double floor = 1e-2) {
-  double diff = 0.0, norm = 0.0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    norm += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), floor);
 }
 
 // Bytes rank r of p sends in a ring allreduce of n elements of e bytes.

@@ -165,6 +165,17 @@ struct PlaneSums {
 #endif
 };
 
+// Channel c's sum and sum of squares of x (batch, features, plane) into stats (double lanes):
+// the one definition the two-pass and the fused training paths share, so they give the same bits.
+void sum_channel(const float* x, std::int64_t batch, std::int64_t features, std::int64_t plane,
+                 std::int64_t c, ChannelStats& stats) {
+  PlaneSums sums;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    sums.add_sum_and_squares(x + (b * features + c) * plane, plane);
+  }
+  sums.totals(stats.sum[static_cast<std::size_t>(c)], stats.sum_sq[static_cast<std::size_t>(c)]);
+}
+
 // y = gamma * xhat + beta over one plane, with relu max(., 0) of it as one fma: backward recomputes
 // that fma for the mask and must get the same bits. With a residual s (non-null), then y =
 // max(y + s, 0), as tensor::add_relu(y, s) gives it.
@@ -283,13 +294,8 @@ void BatchNorm::channel_sums(const tensor::Tensor& x, ChannelStats& stats) const
   stats.sum_sq.assign(static_cast<std::size_t>(features_), 0.0);
   stats.count = batch * plane;
   const float* xd = x.data();
-  for_each_channel(features_, stats.count, [&](std::int64_t c) {
-    PlaneSums sums;
-    for (std::int64_t b = 0; b < batch; ++b) {
-      sums.add_sum_and_squares(xd + (b * features_ + c) * plane, plane);
-    }
-    sums.totals(stats.sum[static_cast<std::size_t>(c)], stats.sum_sq[static_cast<std::size_t>(c)]);
-  });
+  for_each_channel(features_, stats.count,
+                   [&](std::int64_t c) { sum_channel(xd, batch, features_, plane, c, stats); });
 }
 
 void BatchNorm::check_count(const tensor::Shape& input) const {
@@ -350,12 +356,7 @@ const tensor::Tensor& BatchNorm::forward(const tensor::Tensor& x, const ForwardC
     stats_.sum_sq.assign(static_cast<std::size_t>(features_), 0.0);
     stats_.count = count_;
     for_each_channel(features_, count_, [&](std::int64_t c) {
-      PlaneSums sums;
-      for (std::int64_t b = 0; b < batch; ++b) {
-        sums.add_sum_and_squares(xd + (b * features_ + c) * plane, plane);
-      }
-      sums.totals(stats_.sum[static_cast<std::size_t>(c)],
-                  stats_.sum_sq[static_cast<std::size_t>(c)]);
+      sum_channel(xd, batch, features_, plane, c, stats_);
       channel_statistics(c);
       normalize_channel(c);
     });

@@ -101,5 +101,23 @@ TEST(DeferredBatchNorm, NoTrainForwardLeavesTheStatisticsAlone) {
   EXPECT_EQ(none.layers(), 0u);
 }
 
+// The slots' replicas copied the recorder in reserve_slots; the destructor takes it back from
+// every slot, so a train-mode forward afterwards calls no freed recorder.
+TEST(DeferredBatchNorm, EverySlotGetsItsReducerBack) {
+  auto model = bn_model();
+  auto bn_of = [&](std::size_t slot) -> nn::BatchNorm& {
+    return dynamic_cast<nn::BatchNorm&>(*model->slot_layers(slot)[0]);
+  };
+  {
+    DeferredBatchNorm deferred(*model, nn::LayerRange{0, 1});
+    model->reserve_slots(3);
+    for (std::size_t slot = 0; slot < 3; ++slot) EXPECT_NE(bn_of(slot).reducer(), nullptr);
+  }
+  for (std::size_t slot = 0; slot < 3; ++slot) {
+    EXPECT_EQ(bn_of(slot).reducer(), nullptr) << "slot " << slot;
+    model->forward(batch(slot, 4), train_context(slot));
+  }
+}
+
 }  // namespace
 }  // namespace dtrain::parallel::pipeline

@@ -428,6 +428,31 @@ TEST_F(PipelineTest, PipeDreamGptWithTiedEmbeddingFollowsTheTwin) {
   }
 }
 
+TEST_F(PipelineTest, PipeDreamCountsTheTiedCopiesOfTheGpt) {
+  // The last stage keeps each micro-batch's part of the tied gradient (V x d) until stage 0 surely
+  // took it, stage 0 its receive buffer and the value it sends; middle stages and untied models
+  // hold none.
+  Config c = gpt(4, "pipedream");
+  c.train.epochs = 1;
+  const std::string run = dir("pipedream-tied-copies");
+  allreduce_training(c, 3, run);
+  std::ifstream in(std::filesystem::path(run) / "summary.json");
+  const auto stages = nlohmann::json::parse(in).at("parallel").at("per_stage");
+  const double tied = 256.0 * 16.0 * 4.0;  // bytes of V x d floats (V = 256 bytes, d = 16)
+  ASSERT_EQ(stages.size(), 3u);
+  EXPECT_EQ(stages[0].at("peak_tied_copy_bytes").get<double>(), 2.0 * tied);
+  EXPECT_EQ(stages[1].at("peak_tied_copy_bytes").get<double>(), 0.0);
+  EXPECT_GE(stages[2].at("peak_tied_copy_bytes").get<double>(), 2.0 * tied);
+  Config m = mlp(4, "pipedream");
+  m.train.epochs = 1;
+  const std::string untied = dir("pipedream-untied");
+  allreduce_training(m, 2, untied);
+  std::ifstream in2(std::filesystem::path(untied) / "summary.json");
+  for (const auto& stage : nlohmann::json::parse(in2).at("parallel").at("per_stage")) {
+    EXPECT_EQ(stage.at("peak_tied_copy_bytes").get<double>(), 0.0);
+  }
+}
+
 TEST_F(PipelineTest, PipeDreamRefusesTheHybridGrid) {
   Config h = mlp(4, "pipedream");
   h.parallel.strategy = "hybrid";

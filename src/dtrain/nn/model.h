@@ -85,6 +85,10 @@ class Model {
   const tensor::Shape& sample_shape() const { return sample_shape_; }
   tensor::Shape output_shape(std::int64_t batch) const;
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  // The layers of slot `slot` (< slots()): layers() for slot 0, else that slot's replicas.
+  const std::vector<std::unique_ptr<Layer>>& slot_layers(std::size_t slot) const {
+    return slot == 0 ? layers_ : replicas_[slot - 1];
+  }
   // param_layer()[k]: the index of the layer that declared store().param_entries()[k].
   const std::vector<std::size_t>& param_layer() const { return param_layer_; }
   // One line per layer: name, description, output shape, parameter count.

@@ -1476,10 +1476,8 @@ void validate_impl(const Config& config, const Provenance& provenance,
   }
 }
 
-}  // namespace
-
-Config parse_config(std::string_view toml_text, const std::string& source,
-                    const std::vector<std::string>& overrides) {
+Config parse_config_impl(std::string_view toml_text, const std::string& source,
+                         const std::vector<std::string>& overrides, bool validated) {
   toml::table root;
   try {
     root = toml::parse(toml_text, source);
@@ -1491,11 +1489,11 @@ Config parse_config(std::string_view toml_text, const std::string& source,
   Provenance provenance;
   apply_table(config, root, source, provenance);
   for (const auto& assignment : overrides) apply_override_impl(config, assignment, provenance);
-  validate_impl(config, provenance);
+  if (validated) validate_impl(config, provenance);
   return config;
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+std::string read_config_text(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     // An ifstream opens a directory and reads nothing, which would train on the defaults.
@@ -1515,7 +1513,22 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     throw ConfigError(
         fmt::format("cannot read config file {}; check the path given to --config", path));
   }
-  return parse_config(text.str(), path, overrides);
+  return text.str();
+}
+
+}  // namespace
+
+Config parse_config(std::string_view toml_text, const std::string& source,
+                    const std::vector<std::string>& overrides) {
+  return parse_config_impl(toml_text, source, overrides, /*validated=*/true);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_config_impl(read_config_text(path), path, overrides, /*validated=*/true);
+}
+
+Config load_config_unvalidated(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_config_impl(read_config_text(path), path, overrides, /*validated=*/false);
 }
 
 void apply_override(Config& config, std::string_view assignment, std::string_view origin) {

@@ -303,6 +303,12 @@ struct Config {
 // type, or a value out of range.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
+// As load_config without the range and cross-key checks (types and key names are checked): for
+// `dtrain sweep`, whose axes can make a file valid that is not valid alone (byzantine = 2 needs the
+// --workers 8 of its axis); the sweep validates every point before running any.
+Config load_config_unvalidated(const std::string& path,
+                               const std::vector<std::string>& overrides = {});
+
 // The same from TOML text; `source` names it in error messages (a file name).
 Config parse_config(std::string_view toml_text, const std::string& source,
                     const std::vector<std::string>& overrides = {});

@@ -75,17 +75,9 @@ int run_sweep_command(const SweepFlags& flags) {
     overrides.push_back(fmt::format("parallel.straggler=\"{}\"", flags.straggler));
   }
   // A --set may hold only together with an axis's values (worker momentum with --aggregator
-  // median, byzantine = 2 with --workers 8): if the file with the --set values fails the
-  // cross-key checks, the values are applied one by one and run_sweep checks each point instead.
-  train::Config base;
-  try {
-    base = train::load_config(flags.config, overrides);
-  } catch (const ConfigError&) {
-    base = train::load_config(flags.config);
-    for (const auto& assignment : overrides) {
-      train::apply_override(base, assignment, fmt::format("--set {}", assignment));
-    }
-  }
+  // median, byzantine = 2 with --workers 8): the file and the --set values are read without the
+  // range and cross-key checks, which run_sweep applies to each point before running any.
+  train::Config base = train::load_config_unvalidated(flags.config, overrides);
   // --attack and --byzantine hold for every run, but are checked per point (run_sweep validates
   // each): f < P depends on the --workers axis, which the config file's workers do not know.
   if (!flags.attack.empty()) {

@@ -57,7 +57,8 @@ class DeferredBatchNorm::Recorder final : public nn::BatchNormReducer {
   nn::ChannelStats total_;
 };
 
-DeferredBatchNorm::DeferredBatchNorm(nn::Model& model, nn::LayerRange range) {
+DeferredBatchNorm::DeferredBatchNorm(nn::Model& model, nn::LayerRange range)
+    : model_(model), range_(range) {
   std::vector<nn::BatchNorm*> found;
   for (std::size_t i = range.begin; i < range.end; ++i) collect(*model.layers()[i], found);
   for (nn::BatchNorm* bn : found) {
@@ -72,8 +73,19 @@ DeferredBatchNorm::DeferredBatchNorm(nn::Model& model, nn::LayerRange range) {
 }
 
 DeferredBatchNorm::~DeferredBatchNorm() {
-  // Slot 0's layers go back to their own reducer (the replicas keep the recorder: see the header).
-  for (Entry& entry : layers_) entry.layer->set_reducer(entry.recorder->inner());
+  // Every slot's layers go back to their own reducer: the replicas copied the recorder's pointer
+  // in reserve_slots, and a train-mode forward after this would otherwise call a freed object.
+  for (std::size_t slot = 0; slot < model_.slots(); ++slot) {
+    std::vector<nn::BatchNorm*> found;
+    for (std::size_t i = range_.begin; i < range_.end; ++i) {
+      collect(*model_.slot_layers(slot)[i], found);
+    }
+    for (nn::BatchNorm* bn : found) {
+      for (const Entry& entry : layers_) {
+        if (bn->reducer() == entry.recorder.get()) bn->set_reducer(entry.recorder->inner());
+      }
+    }
+  }
 }
 
 void DeferredBatchNorm::begin() {

@@ -34,8 +34,8 @@ namespace dtrain::parallel::pipeline {
 class DeferredBatchNorm {
  public:
   // Every BatchNorm (residual blocks' included) of layers [range.begin, range.end) of `model`.
-  // Install before Model::reserve_slots, whose replicas copy the layers' reducers. The object must
-  // outlive every train-mode forward of those layers.
+  // Install before Model::reserve_slots, whose replicas copy the layers' reducers. The destructor
+  // gives every slot's layers back their own reducer, so `model` must outlive this object.
   DeferredBatchNorm(nn::Model& model, nn::LayerRange range);
   ~DeferredBatchNorm();
   DeferredBatchNorm(const DeferredBatchNorm&) = delete;
@@ -58,6 +58,8 @@ class DeferredBatchNorm {
     std::unique_ptr<Recorder> recorder;
     std::vector<float> saved_mean, saved_var;
   };
+  nn::Model& model_;
+  nn::LayerRange range_;
   std::vector<Entry> layers_;
 };
 

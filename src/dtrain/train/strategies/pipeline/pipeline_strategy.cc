@@ -353,6 +353,7 @@ void Pipeline::tie_hooks() {
       send.message =
           comm_.isend(send.values.data(), entry.numel, DType::kF32, tie.owner, kTiedGradientTag);
     }
+    note_tied_copies();
   };
   // The owner adds it to its own before the micro-batch's update.
   work_->before_update = [this, &store, entry_of](int /*k*/) {
@@ -366,7 +367,15 @@ void Pipeline::tie_hooks() {
         g[i] += tie_buffer_[static_cast<std::size_t>(i)];
       }
     }
+    note_tied_copies();
   };
+}
+
+void Pipeline::note_tied_copies() {
+  std::size_t floats = tie_buffer_.size();
+  for (const TiedSend& send : tied_grad_sends_) floats += send.values.size();
+  for (const TiedSend& send : tied_value_sends_) floats += send.values.size();
+  peak_tied_copy_bytes_ = std::max(peak_tied_copy_bytes_, 4.0 * static_cast<double>(floats));
 }
 
 void Pipeline::sync_ties_after_call(bool drained) {
@@ -389,6 +398,7 @@ void Pipeline::sync_ties_after_call(bool drained) {
           comm_.isend(send.values.data(), entry.numel, DType::kF32, tie.user, kTiedValueTag);
     }
   }
+  note_tied_copies();
   if (drained) {
     // The owner has received every gradient part in its drain; the borrower takes the values.
     for (TiedSend& send : tied_grad_sends_) send.message.wait();
@@ -710,7 +720,7 @@ nlohmann::json Pipeline::summary(const RunTotalsView& totals) {
         static_cast<double>(tensor::shape_numel(shape_after(model, i + 1, micro))) * 4.0;
   }
   const int peak = peak_slots();
-  constexpr int kFields = 8;
+  constexpr int kFields = 9;
   std::vector<double> mine{step_seconds_,
                            compute_seconds_,
                            static_cast<double>(measured_steps_),
@@ -718,7 +728,8 @@ nlohmann::json Pipeline::summary(const RunTotalsView& totals) {
                            activation_bytes * peak,
                            static_cast<double>(bytes_sent_),
                            static_cast<double>(bytes_received_),
-                           work_->stash_bytes()};
+                           work_->stash_bytes(),
+                           peak_tied_copy_bytes_};
   std::vector<double> all(static_cast<std::size_t>(kFields * p));
   comm_.allgather(mine.data(), all.data(), kFields, DType::kF64);
   nlohmann::json stages = nlohmann::json::array();
@@ -740,7 +751,8 @@ nlohmann::json Pipeline::summary(const RunTotalsView& totals) {
                       {"peak_activation_bytes", row[4]},
                       {"bytes_sent", row[5]},
                       {"bytes_received", row[6]},
-                      {"peak_stash_bytes", row[7]}});
+                      {"peak_stash_bytes", row[7]},
+                      {"peak_tied_copy_bytes", row[8]}});
   }
   nlohmann::json ranks = totals.per_rank_rows();
   return {{"strategy", name()},

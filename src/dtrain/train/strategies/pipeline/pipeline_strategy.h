@@ -147,6 +147,11 @@ class Pipeline final : public Strategy {
   std::deque<TiedSend> tied_value_sends_;  // the owner's
   int tied_values_pending_ = 0;            // value messages the borrower has not taken yet
   std::vector<float> tie_buffer_;
+  // PipeDream's copies of tied parameters and their gradient parts held at once (the borrower's
+  // unconfirmed gradient sends, up to m + p of V x d; the owner's receive buffer and value send):
+  // summary.json's peak_tied_copy_bytes, beside the weight stashes.
+  double peak_tied_copy_bytes_ = 0.0;
+  void note_tied_copies();
   bool whole_model_current_ = true;  // false from a step until gather_whole_model()
   // Measured, from the second step on (the first touches every buffer for the first time).
   std::int64_t measured_steps_ = 0;

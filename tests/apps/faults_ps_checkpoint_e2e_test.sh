@@ -4,6 +4,8 @@
 # checkpoints hold the same parameters and optimizer state bit for bit, and the loss lines agree.
 # async: the resumed run loads, trains on and finishes. Hogwild! with one thread (sequential SGD):
 # bitwise; with two racing threads: it resumes from the checkpoint and reaches a sane accuracy.
+# Inside epochs (train.checkpoint_every_steps): Hogwild! with one thread resumes bitwise from a
+# pause; async with top-k pushes writes every worker's residual and resumes to the end.
 # Usage: bash faults_ps_checkpoint_e2e_test.sh /path/to/dtrain
 #        (run by ctest as apps.faults_ps_checkpoint_e2e_test)
 set -euo pipefail
@@ -107,3 +109,32 @@ records = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl")]
 assert [r["epoch"] for r in records if r.get("kind") == "epoch"] == [1, 2, 3], records
 PY
 echo "ok: hogwild resumes (1 thread bitwise; 2 threads from the checkpoint to a sane accuracy)"
+
+# Keeps only checkpoint $2 of run $1 in a new run folder $3 (resolved.toml and metrics.jsonl too).
+cut_at() {
+  mkdir -p "$3/checkpoints"
+  cp "$1/resolved.toml" "$1/metrics.jsonl" "$3/"
+  cp "$1/checkpoints/$2" "$3/checkpoints/"
+  echo "$2" > "$3/checkpoints/latest"
+}
+"$DTRAIN" train "${HOGWILD[@]}" --workers 1 --epochs 2 --set train.checkpoint_every_steps=7 \
+  --set train.keep_checkpoints=0 --out "$TMP/hogwild-steps"
+[[ -f "$TMP/hogwild-steps/checkpoints/epoch-1-step-28192.ckpt" ]] ||
+  fail "hogwild: no checkpoint after thread 0's 28th step (the 8th of the 20 chunks of epoch 2)"
+cut_at "$TMP/hogwild-steps" epoch-1-step-28192.ckpt "$TMP/hogwild-cut"
+"$DTRAIN" train --resume "$TMP/hogwild-cut" --quiet
+compare "$TMP/hogwild-whole/checkpoints/epoch-2.ckpt" "$TMP/hogwild-cut/checkpoints/epoch-2.ckpt" ||
+  fail "hogwild, 1 thread: the run resumed inside epoch 2 differs"
+"$DTRAIN" train "${QUICK[@]}" --strategy parameter_server --workers 2 --consistency async \
+  --compression topk:0.1 --epochs 2 --set train.checkpoint_every_steps=5 \
+  --set train.keep_checkpoints=0 --out "$TMP/async-steps"
+python3 - "$TMP/async-steps/checkpoints/epoch-0-step-5.ckpt" <<'PY' || fail "async: step checkpoint"
+import sys
+b = open(sys.argv[1], "rb").read()
+for name in (b"rank0/compression/residual", b"rank1/compression/residual", b"ps/residual_workers"):
+    assert name in b, name
+PY
+cut_at "$TMP/async-steps" epoch-0-step-5.ckpt "$TMP/async-cut"
+"$DTRAIN" train --resume "$TMP/async-cut" --quiet 2> "$TMP/async-cut.err"
+[[ -f "$TMP/async-cut/checkpoints/epoch-2.ckpt" ]] || fail "async: the resume did not finish"
+echo "ok: inside epochs, hogwild (1 thread) resumes bitwise and async keeps every residual"

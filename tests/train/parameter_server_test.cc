@@ -7,13 +7,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/stop_request.h"
 #include "dtrain/base/thread_pool.h"
 #include "dtrain/comm/spawn_ranks.h"
+#include "dtrain/train/checkpoint.h"
 #include "dtrain/train/launch.h"
 #include "dtrain/train/strategies/parameter_server/ps_run.h"
 #include "dtrain/train/trainer.h"
@@ -319,6 +322,138 @@ TEST_F(ParameterServerTrainingTest, AsyncAndSspResumeAndTrainOn) {
     }
     EXPECT_TRUE(fs::exists(fs::path(folder) / "checkpoints" / "epoch-3.ckpt"));
   }
+}
+
+// Checkpoints inside an epoch of async runs (docs/PS.md, "Checkpoints"): worker 0 takes them by
+// its own step count. One worker is deterministic even in async, so a resume from inside an epoch
+// must be the uninterrupted run bit for bit: parameters, the servers' momentum, the top-k residual
+// and the ticket position all restored.
+TEST_F(ParameterServerTrainingTest, AsyncCheckpointsInsideAnEpochResumeBitwiseWithOneWorker) {
+  Config config = mlp_config();
+  config.optim.momentum = 0.5;
+  config.parameter_server.consistency = "async";
+  config.parameter_server.compression = "topk:0.1";
+  const auto uninterrupted = parameter_servers(config, 1, 2);
+  Config clocked = config;
+  clocked.train.checkpoint_every_steps = 4;  // 10 steps of 24 per epoch: after steps 4, 8, 12, 16
+  clocked.train.keep_checkpoints = 0;        // all
+  const std::string folder = dir("ps-async-clocked");
+  EXPECT_EQ(parameter_servers(clocked, 1, 2, false, folder)[0], uninterrupted[0]);
+  const Checkpoint inside = read_checkpoint(folder + "/checkpoints/epoch-0-step-8.ckpt");
+  EXPECT_EQ(inside.sampler_epoch, 0);
+  EXPECT_EQ(inside.sampler_position, 8 * 24);  // the tickets handed out: worker 0's 8
+  for (const std::string name : {"epoch-0-step-8.ckpt", "epoch-1-step-12.ckpt"}) {
+    const std::string cut = dir("ps-async-cut");
+    fs::copy(folder, cut, fs::copy_options::recursive);
+    for (const auto& entry : fs::directory_iterator(fs::path(cut) / "checkpoints")) {
+      if (entry.path().filename() != name) fs::remove(entry.path());
+    }
+    EXPECT_EQ(parameter_servers(clocked, 1, 2, false, cut, /*resume=*/true)[0], uninterrupted[0])
+        << name;
+  }
+  Config plain = config;
+  plain.parameter_server.compression = "none";
+  EXPECT_NE(parameter_servers(plain, 1, 2)[0], uninterrupted[0]) << "the codec must matter";
+}
+
+// With two racing workers a checkpoint inside an epoch holds every worker's residual (sent
+// through the servers), the tickets handed out as its position, and a resume restores all of it
+// exactly: resumed at the epoch's last position (nothing left to train), the next checkpoint
+// holds the same bits; resumed at the real position, the servers count exactly the tickets left.
+TEST_F(ParameterServerTrainingTest, AsyncCheckpointsInsideAnEpochCarryEveryWorkersResidual) {
+  Config config = mlp_config();
+  config.optim.momentum = 0.5;
+  config.parameter_server.consistency = "async";
+  config.parameter_server.compression = "topk:0.1";
+  config.train.checkpoint_every_steps = 3;
+  config.train.keep_checkpoints = 0;  // all
+  const std::string folder = dir("ps-async-residuals");
+  parameter_servers(config, 2, 1, false, folder);
+  std::string name;
+  for (const auto& entry : fs::directory_iterator(fs::path(folder) / "checkpoints")) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind("epoch-0-step-", 0) == 0) name = file;
+  }
+  ASSERT_FALSE(name.empty()) << "no checkpoint inside epoch 1";
+  const Checkpoint saved = read_checkpoint(folder + "/checkpoints/" + name);
+  const std::int64_t local = 12;  // 24 / 2 workers: 20 tickets per epoch
+  EXPECT_GT(saved.sampler_position, 0);
+  EXPECT_LE(saved.sampler_position, 240);
+  EXPECT_EQ(saved.sampler_position % local, 0);
+  // A tensor of the checkpoint's state by name; empty when it holds none.
+  auto find = [](const Checkpoint& c, const std::string& tensor) {
+    for (const auto& named : c.optimizer_state) {
+      if (named.name == tensor) return named.values;
+    }
+    return std::vector<float>();
+  };
+  // Worker 0 took 3 steps (its residual is not zero); worker 1 may have taken none yet.
+  const std::vector<float> own = find(saved, "rank0/compression/residual");
+  EXPECT_GT(std::count_if(own.begin(), own.end(), [](float v) { return v != 0.0f; }), 0);
+  EXPECT_EQ(find(saved, "rank1/compression/residual").size(), saved.params.size());
+  EXPECT_EQ(find(saved, "ps/residual_workers"), std::vector<float>{2.0f});
+
+  // Nothing left of the epoch: the resumed run pushes nothing, and its epoch checkpoint holds
+  // exactly what it restored (the servers' parameters and momentum, each worker's residual).
+  const std::string idle = dir("ps-async-idle");
+  fs::create_directories(fs::path(idle) / "checkpoints");
+  Checkpoint at_end = saved;
+  at_end.sampler_position = 240;
+  write_checkpoint(idle + "/checkpoints/" + name, at_end);
+  Config one = config;
+  one.train.epochs = 1;
+  one.train.checkpoint_every_steps = 0;
+  parameter_servers(one, 2, 1, false, idle, /*resume=*/true);
+  const Checkpoint again = read_checkpoint(idle + "/checkpoints/epoch-1.ckpt");
+  EXPECT_EQ(again.params, saved.params);
+  ASSERT_EQ(again.optimizer_state.size(), saved.optimizer_state.size());
+  for (const auto& named : saved.optimizer_state) {
+    EXPECT_EQ(find(again, named.name), named.values) << named.name;
+  }
+
+  // Resumed at the checkpoint's position: the remaining tickets of both epochs, each once.
+  const std::string cut = dir("ps-async-resumed");
+  fs::create_directories(fs::path(cut) / "checkpoints");
+  write_checkpoint(cut + "/checkpoints/" + name, saved);
+  parameter_servers(config, 2, 1, false, cut, /*resume=*/true);
+  const nlohmann::json resumed = summary_of(cut);
+  std::int64_t pushes = 0;
+  for (const auto& count : resumed["parallel"]["per_server"][0]["pushes_per_worker"]) {
+    pushes += count.get<std::int64_t>();
+  }
+  EXPECT_EQ(pushes, 2 * 20 - saved.sampler_position / local);
+}
+
+// A stop signal: worker 0 writes a checkpoint inside the epoch after its step, holding the other
+// workers' residuals (each sends it before its stop), and --resume finishes the run. ssp with a
+// clock checkpoint every step: a worker held by the bound is not waited for (no deadlock).
+TEST_F(ParameterServerTrainingTest, AsyncStopAndSspClockCheckpointsInsideAnEpoch) {
+  Config config = mlp_config();
+  config.parameter_server.consistency = "async";
+  config.parameter_server.compression = "topk:0.1";
+  const std::string folder = dir("ps-async-stop");
+  set_stop_request_for_test(SIGTERM);
+  parameter_servers(config, 3, 1, false, folder);
+  set_stop_request_for_test(0);
+  ASSERT_TRUE(fs::exists(fs::path(folder) / "checkpoints" / "epoch-0-step-1.ckpt"));
+  const Checkpoint stopped = read_checkpoint(folder + "/checkpoints/epoch-0-step-1.ckpt");
+  std::vector<std::string> names;
+  for (const auto& named : stopped.optimizer_state) names.push_back(named.name);
+  EXPECT_THAT(names,
+              ::testing::IsSupersetOf({"rank0/compression/residual", "rank1/compression/residual",
+                                       "rank2/compression/residual"}));
+  parameter_servers(config, 3, 1, false, folder, /*resume=*/true);
+  EXPECT_TRUE(fs::exists(fs::path(folder) / "checkpoints" / "epoch-2.ckpt"));
+
+  Config ssp = config;
+  ssp.parameter_server.consistency = "ssp";
+  ssp.parameter_server.staleness = 0;
+  ssp.train.checkpoint_every_steps = 1;
+  const std::string bounded = dir("ps-ssp-clocked");
+  for (const auto& worker : parameter_servers(ssp, 3, 2, false, bounded)) {
+    for (const float p : worker) ASSERT_TRUE(std::isfinite(p));
+  }
+  EXPECT_TRUE(fs::exists(fs::path(bounded) / "checkpoints" / "epoch-2.ckpt"));
 }
 
 TEST_F(ParameterServerTrainingTest, ConfigMistakesAreNamed) {

@@ -46,6 +46,10 @@ class SharePlan {
   // True when the ranks draw shares independently, so that one rank covers only part of an epoch
   // (tickets): the epoch then counts all its samples, and its loss is this rank's.
   virtual bool independent() const { return false; }
+  // The position a checkpoint taken now, inside the epoch, resumes from (begin_epoch's), given
+  // this rank's own `steps_position` (its steps in the epoch x the global batch). The same for
+  // synchronous plans; tickets: the epoch's tickets handed out so far, over all ranks.
+  virtual std::int64_t checkpoint_position(std::int64_t steps_position) { return steps_position; }
 };
 
 // Synchronous training: step s of an epoch is the global batch [s B, s B + B) of the order, split

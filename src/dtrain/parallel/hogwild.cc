@@ -114,34 +114,42 @@ Hogwild::Hogwild(const data::SparseDataset& train, HogwildOptions options)
   weights_.assign(static_cast<std::size_t>(train.num_features), 0.0f);
 }
 
-HogwildEpoch Hogwild::run_epoch(std::int64_t epoch, float lr) {
+HogwildEpoch Hogwild::run_epoch(std::int64_t epoch, float lr, std::int64_t start,
+                                const HogwildPause* pause) {
   DTRAIN_CHECK(lr > 0.0f && std::isfinite(lr), "learning rate {}", lr);
   const int threads = options_.threads;
   // The shuffle is serial and outside the timed part: O(N) draws, a few ms per million samples.
   const std::vector<std::int64_t> order =
       data::ShuffledSampler(train_.size(), options_.seed, options_.shuffle).epoch_order(epoch);
   const std::int64_t n = static_cast<std::int64_t>(order.size());
+  DTRAIN_CHECK(start >= 0 && start <= n, "start position {} of an epoch of {}", start, n);
   HogwildEpoch result;
   result.thread_updates.assign(static_cast<std::size_t>(threads), 0);
   result.thread_cpu_seconds.assign(static_cast<std::size_t>(threads), 0.0);
   float* w = weights_.data();
-  const auto start = std::chrono::steady_clock::now();
-  hogwild_detail::ChunkCounter chunks(n, kChunk);
+  const auto begin = std::chrono::steady_clock::now();
+  hogwild_detail::ChunkCounter chunks(n, kChunk, start);
+  hogwild_detail::PauseMeeting meeting(
+      threads, pause != nullptr ? pause->timeout : std::chrono::milliseconds(0));
+  hogwild_detail::EpochEnd end;
   run_on_threads(threads, [&](int t) {
     const double cpu_start = thread_cpu_seconds();
-    std::int64_t done = 0;
-    for (auto chunk = chunks.next(); !chunk.empty(); chunk = chunks.next()) {
-      sgd_over(std::span<const std::int64_t>(order).subspan(static_cast<std::size_t>(chunk.begin),
-                                                            static_cast<std::size_t>(chunk.size())),
-               records_, w, options_.loss, lr, options_.l2);
-      done += chunk.size();
-    }
+    const std::int64_t done = hogwild_detail::train_chunks(
+        t, chunks, meeting, pause, end, [&](const hogwild_detail::ChunkCounter::Range& chunk) {
+          sgd_over(
+              std::span<const std::int64_t>(order).subspan(static_cast<std::size_t>(chunk.begin),
+                                                           static_cast<std::size_t>(chunk.size())),
+              records_, w, options_.loss, lr, options_.l2);
+        });
     result.thread_updates[static_cast<std::size_t>(t)] = done;
     result.thread_cpu_seconds[static_cast<std::size_t>(t)] = thread_cpu_seconds() - cpu_start;
   });
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  result.updates = n;
-  result.updates_per_second = result.seconds > 0.0 ? static_cast<double>(n) / result.seconds : 0.0;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  result.stopped = end.stopped.load(std::memory_order_relaxed);
+  result.position = result.stopped ? end.position : n;
+  result.updates = result.position - start;
+  result.updates_per_second =
+      result.seconds > 0.0 ? static_cast<double>(result.updates) / result.seconds : 0.0;
   return result;
 }
 

@@ -27,7 +27,9 @@
 // are joined, so weights(), evaluate() and the epoch's statistics see every write.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -56,10 +58,26 @@ struct HogwildOptions {
   bool shuffle = true;     // false: every epoch visits 0 .. N-1
 };
 
+// Checkpoints inside an epoch (docs/HOGWILD.md): after each of its steps (a chunk of samples, or
+// a mini-batch of the dense engine) thread 0 asks `due`; when it says yes, every thread stops at
+// its next step boundary and they meet (each wait with `timeout`); thread 0 then calls
+// `at_pause(position)`: every sample of [0, position) of the epoch's order is trained and none
+// after, the parameters are still (no thread writes them until it returns). It returns whether
+// the epoch ends there (a stop on SIGTERM); otherwise all go on. A pause due at the epoch's last
+// step is not taken (the epoch's end is the caller's).
+struct HogwildPause {
+  std::function<bool()> due;
+  std::function<bool(std::int64_t position)> at_pause;
+  std::chrono::milliseconds timeout{60000};
+};
+
 // One epoch's figures.
 struct HogwildEpoch {
-  std::int64_t updates = 0;  // samples visited, all threads
-  double seconds = 0.0;      // wall time from starting the threads to joining them
+  std::int64_t updates = 0;  // samples visited, all threads (from the epoch's start position)
+  // Where the epoch ended: its size, or the position of a pause whose at_pause returned true.
+  std::int64_t position = 0;
+  bool stopped = false;  // at_pause returned true
+  double seconds = 0.0;  // wall time from starting the threads to joining them
   double updates_per_second = 0.0;
   std::vector<std::int64_t> thread_updates;  // T counts
   std::vector<double> thread_cpu_seconds;    // T: CPU time of each thread's updates
@@ -77,8 +95,10 @@ class Hogwild {
   // negative or non-finite l2.
   Hogwild(const data::SparseDataset& train, HogwildOptions options);
 
-  // Runs epoch `epoch` (>= 0; its shuffle) at learning rate lr > 0 on options.threads threads.
-  HogwildEpoch run_epoch(std::int64_t epoch, float lr);
+  // Runs epoch `epoch` (>= 0; its shuffle) at learning rate lr > 0 on options.threads threads,
+  // from position `start` of its order (a resume inside it), pausing as `pause` asks (null: never).
+  HogwildEpoch run_epoch(std::int64_t epoch, float lr, std::int64_t start = 0,
+                         const HogwildPause* pause = nullptr);
 
   std::span<float> weights() { return weights_; }
   std::span<const float> weights() const { return weights_; }

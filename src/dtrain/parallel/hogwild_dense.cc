@@ -60,7 +60,8 @@ HogwildDense::HogwildDense(const nn::ModelSpec& spec, const data::Dataset& train
 
 HogwildDense::~HogwildDense() = default;
 
-HogwildEpoch HogwildDense::run_epoch(std::int64_t epoch, float lr) {
+HogwildEpoch HogwildDense::run_epoch(std::int64_t epoch, float lr, std::int64_t start,
+                                     const HogwildPause* pause) {
   DTRAIN_CHECK(lr > 0.0f && std::isfinite(lr), "learning rate {}", lr);
   const int threads = options_.threads;
   const std::vector<std::int64_t> order =
@@ -68,13 +69,18 @@ HogwildEpoch HogwildDense::run_epoch(std::int64_t epoch, float lr) {
   const std::int64_t n = static_cast<std::int64_t>(order.size());
   const std::int64_t batch = options_.batch_size;
   const std::int64_t params = num_params();
+  DTRAIN_CHECK(start >= 0 && start <= n, "start position {} of an epoch of {}", start, n);
   HogwildEpoch result;
   result.thread_updates.assign(static_cast<std::size_t>(threads), 0);
   result.thread_cpu_seconds.assign(static_cast<std::size_t>(threads), 0.0);
   float* shared = shared_.data();
   const float* decay = decay_.data();
-  hogwild_detail::ChunkCounter batches(n, batch);  // a thread takes the next batch when it is free
-  const auto start = std::chrono::steady_clock::now();
+  // A thread takes the next batch when it is free.
+  hogwild_detail::ChunkCounter batches(n, batch, start);
+  hogwild_detail::PauseMeeting meeting(
+      threads, pause != nullptr ? pause->timeout : std::chrono::milliseconds(0));
+  hogwild_detail::EpochEnd end;
+  const auto begin = std::chrono::steady_clock::now();
   run_on_threads(threads, [&](int t) {
     const double cpu_start = thread_cpu_seconds();
     ScopedComputePool pool(1);  // one thread per replica: the parallelism is the replicas
@@ -85,11 +91,9 @@ HogwildEpoch HogwildDense::run_epoch(std::int64_t epoch, float lr) {
     tensor::Tensor x;
     tensor::Tensor dlogits;
     std::vector<std::int32_t> y;
-    std::int64_t done = 0;
-    for (auto claimed = batches.next(); !claimed.empty(); claimed = batches.next()) {
+    auto train = [&](const hogwild_detail::ChunkCounter::Range& claimed) {
       const std::int64_t first = claimed.begin;
       const std::int64_t count = claimed.size();
-      done += count;
       for (std::int64_t i = 0; i < params; ++i) {
         local[i] = Weight(shared[i]).load(std::memory_order_relaxed);
       }
@@ -109,13 +113,17 @@ HogwildEpoch HogwildDense::run_epoch(std::int64_t epoch, float lr) {
         const float old = wi.load(std::memory_order_relaxed);
         wi.store(old - lr * (grads[i] + decay[i] * old), std::memory_order_relaxed);
       }
-    }
+    };
+    const std::int64_t done = hogwild_detail::train_chunks(t, batches, meeting, pause, end, train);
     result.thread_updates[static_cast<std::size_t>(t)] = done;
     result.thread_cpu_seconds[static_cast<std::size_t>(t)] = thread_cpu_seconds() - cpu_start;
   });
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  result.updates = n;
-  result.updates_per_second = result.seconds > 0.0 ? static_cast<double>(n) / result.seconds : 0.0;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  result.stopped = end.stopped.load(std::memory_order_relaxed);
+  result.position = result.stopped ? end.position : n;
+  result.updates = result.position - start;
+  result.updates_per_second =
+      result.seconds > 0.0 ? static_cast<double>(result.updates) / result.seconds : 0.0;
   return result;
 }
 

@@ -53,8 +53,10 @@ class HogwildDense {
   HogwildDense(const nn::ModelSpec& spec, const data::Dataset& train, HogwildDenseOptions options);
   ~HogwildDense();
 
-  // Runs epoch `epoch` (>= 0) at learning rate lr > 0. HogwildEpoch::updates counts samples.
-  HogwildEpoch run_epoch(std::int64_t epoch, float lr);
+  // Runs epoch `epoch` (>= 0) at learning rate lr > 0 from position `start` of its order, pausing
+  // as `pause` asks (hogwild.h; null: never). HogwildEpoch::updates counts samples.
+  HogwildEpoch run_epoch(std::int64_t epoch, float lr, std::int64_t start = 0,
+                         const HogwildPause* pause = nullptr);
 
   std::span<float> weights() { return shared_; }
   std::span<const float> weights() const { return shared_; }

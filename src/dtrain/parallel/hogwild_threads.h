@@ -3,12 +3,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <ctime>
 #include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "dtrain/base/error.h"
+#include "dtrain/parallel/hogwild.h"
 
 namespace dtrain::parallel::hogwild_detail {
 
@@ -28,19 +33,126 @@ class ChunkCounter {
     bool empty() const { return begin >= end; }
     std::int64_t size() const { return end - begin; }
   };
-  ChunkCounter(std::int64_t n, std::int64_t chunk) : n_(n), chunk_(chunk) {}
+  // Starts at index `start` (a resume inside an epoch: [0, start) was trained before).
+  ChunkCounter(std::int64_t n, std::int64_t chunk, std::int64_t start = 0)
+      : n_(n), chunk_(chunk), next_(start) {}
   // The next chunk, empty once all are taken. Relaxed: the chunks' data was written before the
   // threads started, and the counter orders nothing else.
   Range next() {
     const std::int64_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
     return {std::min(begin, n_), std::min(begin + chunk_, n_)};
   }
+  std::int64_t size() const { return n_; }
+  // The indices handed out so far: [0, taken()). Exact while no thread claims (a pause).
+  std::int64_t taken() const { return std::min(next_.load(std::memory_order_relaxed), n_); }
 
  private:
   std::int64_t n_;
   std::int64_t chunk_;
   std::atomic<std::int64_t> next_{0};
 };
+
+// Where the threads of an epoch meet for a checkpoint inside it (docs/HOGWILD.md): thread 0 asks
+// for a pause after one of its steps; every thread checks at each step boundary (before claiming
+// its next chunk) and waits there; a thread that found no chunk left leaves, so it is not waited
+// for. When every thread still working has arrived, nothing is claimed or being trained: thread 0
+// runs the snapshot alone, then releases them. Every wait has a deadline (a thread stuck in a step
+// fails the epoch with an error naming it rather than hanging). Cost when no pause is asked: one
+// relaxed load per step.
+class PauseMeeting {
+ public:
+  PauseMeeting(int threads, std::chrono::milliseconds timeout)
+      : active_(threads), timeout_(timeout) {}
+  void request() { requested_.store(true, std::memory_order_relaxed); }
+  bool requested() const { return requested_.load(std::memory_order_relaxed); }
+  // Thread t at a step boundary with a pause requested. Thread 0 waits for the others, runs
+  // `snapshot` and releases them (its exception, if any, is rethrown to thread 0 alone).
+  template <typename Fn>
+  void meet(int t, Fn&& snapshot) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    ++arrived_;
+    cv_.notify_all();
+    if (t != 0) {
+      const std::int64_t generation = generation_;
+      if (!cv_.wait_until(lock, deadline, [&] { return generation_ != generation; })) {
+        throw Error(fmt::format(
+            "hogwild: thread {} waited {:.1f} s at a checkpoint pause for thread 0; a thread is "
+            "stuck (raise parallel.comm_timeout_seconds if a step is only slow)",
+            t, std::chrono::duration<double>(timeout_).count()));
+      }
+      return;
+    }
+    if (!cv_.wait_until(lock, deadline, [&] { return arrived_ >= active_; })) {
+      throw Error(fmt::format(
+          "hogwild: thread 0 waited {:.1f} s at a checkpoint pause for {} of {} thread(s) to "
+          "finish their step; a thread is stuck (raise parallel.comm_timeout_seconds if a step is "
+          "only slow)",
+          std::chrono::duration<double>(timeout_).count(), active_ - arrived_, active_));
+    }
+    std::exception_ptr error;
+    try {
+      snapshot();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    requested_.store(false, std::memory_order_relaxed);
+    arrived_ = 0;
+    ++generation_;
+    cv_.notify_all();
+    if (error) std::rethrow_exception(error);
+  }
+  // A thread that has no chunk left: the meeting no longer waits for it.
+  void leave() {
+    std::lock_guard<std::mutex> lock(mu_);
+    --active_;
+    cv_.notify_all();
+  }
+
+ private:
+  std::atomic<bool> requested_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int active_;
+  int arrived_ = 0;
+  std::int64_t generation_ = 0;
+  std::chrono::milliseconds timeout_;
+};
+
+// How an epoch with pauses ended: stopped at `position` by a pause's at_pause.
+struct EpochEnd {
+  std::atomic<bool> stopped{false};
+  std::int64_t position = 0;  // written by thread 0 inside the meeting, read after the join
+};
+
+// The loop of thread t over an epoch's chunks: `train(range)` trains one. Between two chunks it
+// meets the others when a pause is asked (thread 0 asks `pause->due()` after each of its steps)
+// and stops when a pause ended the epoch. Returns the samples it trained.
+template <typename Train>
+std::int64_t train_chunks(int t, ChunkCounter& chunks, PauseMeeting& meeting,
+                          const HogwildPause* pause, EpochEnd& end, Train&& train) {
+  std::int64_t done = 0;
+  while (true) {
+    if (meeting.requested()) {
+      meeting.meet(t, [&] {
+        const std::int64_t position = chunks.taken();
+        // Due at the epoch's last step: the epoch's end is the caller's checkpoint.
+        if (position < chunks.size() && pause->at_pause(position)) {
+          end.position = position;
+          end.stopped.store(true, std::memory_order_relaxed);
+        }
+      });
+    }
+    if (end.stopped.load(std::memory_order_relaxed)) break;
+    const ChunkCounter::Range chunk = chunks.next();
+    if (chunk.empty()) break;
+    train(chunk);
+    done += chunk.size();
+    if (t == 0 && pause != nullptr && pause->due()) meeting.request();
+  }
+  meeting.leave();
+  return done;
+}
 
 // CPU seconds the calling thread has run: with more threads than free cores, wall time mixes in
 // waiting for a core, while updates per CPU second show what contention between threads costs.

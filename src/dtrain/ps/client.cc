@@ -32,6 +32,9 @@ std::string_view op_name(Op op) {
     case Op::kSetState: return "set_state";
     case Op::kGetAggregatorState: return "get_aggregator_state";
     case Op::kSetAggregatorState: return "set_aggregator_state";
+    case Op::kResidualRound: return "residual_round";
+    case Op::kPutResidual: return "put_residual";
+    case Op::kGetResidual: return "get_residual";
   }
   return "?";
 }
@@ -229,6 +232,21 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
   // Refused: the request itself was wrong (a checkpoint's state that does not fit the servers), so
   // a restart would be refused alike: bad input (exit 2), not a failed rank (exit 4).
   if (!error.empty()) throw CheckpointError(error);
+  // A checkpoint of async / ssp asks for this worker's residual (protocol.h, kResidualRound): sent
+  // at once to each server that asked, before the worker's next step. Not after a stop: the
+  // server may be gone.
+  if (feedback_ && (op == Op::kPush || op == Op::kPull || op == Op::kTicket)) {
+    std::vector<ShardPiece> owed;
+    for (std::size_t i = 0; i < headers.size(); ++i) {
+      if ((headers[i].flags & kSendResidual) != 0) {
+        owed.push_back({pieces[i].server, layout_.shard(pieces[i].server)});
+      }
+    }
+    if (!owed.empty()) {
+      const std::span<const float> residual = feedback_->residual();
+      exchange(Op::kPutResidual, owed, {0, layout_.total()}, residual.data(), nullptr, {});
+    }
+  }
   return headers;
 }
 
@@ -386,8 +404,42 @@ std::int64_t Client::next_ticket(std::int64_t at_least) {
   return exchange(Op::kTicket, {{0, {}}}, {}, nullptr, nullptr, base).front().value;
 }
 
-void Client::stop() {
+std::int64_t Client::peek_ticket() {
   std::lock_guard<std::mutex> lock(mu_);
+  RequestHeader base;
+  base.flags = kPeekTicket;
+  return exchange(Op::kTicket, {{0, {}}}, {}, nullptr, nullptr, base).front().value;
+}
+
+void Client::begin_residual_round() {
+  std::lock_guard<std::mutex> lock(mu_);
+  exchange(Op::kResidualRound, all_servers(), {}, nullptr, nullptr, {});
+}
+
+std::vector<float> Client::get_residual(int worker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<float> out(static_cast<std::size_t>(layout_.total()), 0.0f);
+  RequestHeader base;
+  base.index = worker;
+  const KeyRange all{0, layout_.total()};
+  for (const ReplyHeader& header :
+       exchange(Op::kGetResidual, layout_.split(all), all, nullptr, out.data(), base)) {
+    if (header.count == 0 && !out.empty()) return {};  // a server has none: the worker has none
+  }
+  return out;
+}
+
+void Client::stop(bool with_residual) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (with_residual && feedback_) {
+    const std::span<const float> residual = feedback_->residual();
+    try {
+      exchange(Op::kPutResidual, layout_.split({0, layout_.total()}), {0, layout_.total()},
+               residual.data(), nullptr, {});
+    } catch (const EvictedError&) {
+      // Counted dead: no checkpoint wants its residual; the stop below is still answered.
+    }
+  }
   exchange(Op::kStop, all_servers(), {}, nullptr, nullptr, {});
 }
 

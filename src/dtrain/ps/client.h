@@ -129,10 +129,19 @@ class Client {
   // Sets them, one per server as get_aggregator_states() returned them; whether each server's fit
   // its aggregator and was loaded (a server whose state did not fit keeps its own).
   std::vector<bool> set_aggregator_states(const std::vector<std::vector<float>>& states);
+  // Checkpoints inside an epoch of async / ssp (protocol.h): the next ticket server 0 would hand
+  // out, without taking it; a round in which every other worker sends the servers its
+  // error-feedback residual with its next request (each client does so on its own, inside
+  // push / pull / next_ticket); and worker `worker`'s residual over all keys once it is in (empty
+  // when it cannot come: the worker stopped without one, died, or is held by ssp's bound).
+  std::int64_t peek_ticket();
+  void begin_residual_round();
+  std::vector<float> get_residual(int worker);
   // This worker is done: the servers stop serving once every worker is. Call one of these two
   // last: stop_with_stats() also waits until every worker has stopped (or died) and returns each
-  // server's statistics.
-  void stop();
+  // server's statistics. `with_residual` (async / ssp with error feedback): the residual goes to
+  // the servers first, for a checkpoint worker 0 takes after this stop.
+  void stop(bool with_residual = false);
   std::vector<ServerStats> stop_with_stats();
 
   comm::Work push_async(KeyRange range, const float* grads, const PushInfo& info,

@@ -44,12 +44,26 @@ enum class Op : std::uint32_t {
   // aggregator (0: it did not, and the server keeps its own).
   kGetAggregatorState,
   kSetAggregatorState,
+  // Checkpoints inside an epoch of async / ssp (docs/PS.md): error-feedback residuals live on the
+  // workers, which never meet, so the servers carry them. kResidualRound (worker 0, to every
+  // server): every other live worker owes its residual; the server flags its next replies to
+  // that worker (kSendResidual) until it sends kPutResidual (its residual over the server's
+  // shard; also sent once before a worker's kStop). kGetResidual: worker `index`'s residual over
+  // the shard, held until it arrives; count 0 when there is none to give (the worker stopped
+  // without one, died, or is held by the staleness bound, which would wait for worker 0).
+  kResidualRound,
+  kPutResidual,
+  kGetResidual,
 };
 
 inline constexpr std::uint32_t kWantParams = 1;
 // push: the payload is the push codec's encoding of [begin, end) (ps/compression.h), not floats;
 // reply: the parameters are the pull codec's encoding.
 inline constexpr std::uint32_t kEncoded = 2;
+// ticket: the next ticket's number without taking it (a checkpoint's position in the epoch).
+inline constexpr std::uint32_t kPeekTicket = 4;
+// reply: this worker owes its error-feedback residual (kResidualRound); it sends kPutResidual.
+inline constexpr std::uint32_t kSendResidual = 4;
 
 struct RequestHeader {
   Op op = Op::kPush;
@@ -65,7 +79,8 @@ struct RequestHeader {
   std::int64_t basis_clock = 0;
   std::int64_t basis_version = 0;
   double lr = 0.0;
-  std::int64_t index = 0;  // get_state / set_state: which optimizer state vector
+  std::int64_t index = 0;  // get_state / set_state: which optimizer state vector; get_residual:
+                           // which worker
   std::int64_t steps = 0;  // set_state: the optimizer steps and updates the shard continues from
   std::uint64_t seed = 0;  // push with kEncoded: the seed the worker encoded it with
 };

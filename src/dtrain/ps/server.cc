@@ -29,7 +29,7 @@ double seconds_since(Clock::time_point t) {
 }  // namespace
 
 struct Server::Worker {
-  enum class Held { kNone, kBspPush, kPull, kStats };
+  enum class Held { kNone, kBspPush, kPull, kStats, kResidual };
   int rank = 0;
   std::vector<std::byte> request;
   std::unique_ptr<comm::Request> receive;
@@ -47,6 +47,11 @@ struct Server::Worker {
   // received, and answered with kEvicted.
   bool evicted = false;
   Clock::time_point evicted_at;
+  // Checkpoints of async / ssp (protocol.h, kResidualRound): whether this worker owes its
+  // error-feedback residual, and the round of the one held in `residual` (shard floats; -1: none).
+  bool owes_residual = false;
+  std::int64_t residual_round = -1;
+  std::vector<float> residual;
 };
 
 Server::Server(comm::Transport& transport, int index, ShardLayout layout,
@@ -301,6 +306,10 @@ void Server::handle(int w) {
       push(w, header, worker.request.data() + sizeof header);
       break;
     case Op::kTicket: {
+      if ((header.flags & kPeekTicket) != 0) {
+        reply(w, Status::kOk, next_ticket_);
+        break;
+      }
       next_ticket_ = std::max(next_ticket_, std::min(header.clock, options_.tickets));
       const std::int64_t ticket = next_ticket_ < options_.tickets ? next_ticket_++ : -1;
       reply(w, Status::kOk, ticket);
@@ -310,6 +319,37 @@ void Server::handle(int w) {
     case Op::kSetState: set_state(w, header, values); break;
     case Op::kGetAggregatorState: get_aggregator_state(w, header); break;
     case Op::kSetAggregatorState: set_aggregator_state(w, header, values); break;
+    case Op::kResidualRound:
+      // Every other live worker owes the residual it holds after its next request.
+      ++residual_round_;
+      for (std::size_t v = 0; v < workers_.size(); ++v) {
+        Worker& other = workers_[v];
+        other.owes_residual = static_cast<int>(v) != w && !other.stopped && !other.dead;
+      }
+      reply(w, Status::kOk);
+      break;
+    case Op::kPutResidual:
+      if (header.begin != shard_.begin || header.end != shard_.end) {
+        fail(
+            fmt::format("ps server {}: worker {} sent a residual over keys [{}, {}), not its "
+                        "shard [{}, {})",
+                        index_, w, header.begin, header.end, shard_.begin, shard_.end));
+      }
+      worker.residual.assign(values, values + shard_.size());
+      worker.residual_round = residual_round_;
+      worker.owes_residual = false;
+      reply(w, Status::kOk);
+      break;
+    case Op::kGetResidual:
+      if (header.index < 0 || header.index >= std::ssize(workers_)) {
+        reply_error(w, fmt::format("ps server {}: the residual of worker {} asked for, there are "
+                                   "{} workers",
+                                   index_, header.index, workers_.size()));
+        break;
+      }
+      worker.held = Worker::Held::kResidual;
+      worker.held_header = header;
+      break;  // answered by release_held(), at once when it can be
     case Op::kStop:
       worker.stopped = true;
       reply(w, Status::kOk);
@@ -615,6 +655,8 @@ void Server::release_held() {
     if (worker.held == Worker::Held::kPull && pull_ready(worker.held_header.clock)) {
       worker.held = Worker::Held::kNone;
       reply_params(static_cast<int>(w), Status::kOk, worker.held_header, true);
+    } else if (worker.held == Worker::Held::kResidual) {
+      answer_residual(static_cast<int>(w));
     } else if (worker.held == Worker::Held::kStats && all_done) {
       worker.held = Worker::Held::kNone;
       const std::vector<std::int64_t> encoded = stats_.encode();
@@ -622,6 +664,25 @@ void Server::release_held() {
             static_cast<std::int64_t>(encoded.size()), sizeof(std::int64_t));
     }
   }
+}
+
+void Server::answer_residual(int w) {
+  Worker& worker = workers_[static_cast<std::size_t>(w)];
+  Worker& owner = workers_[static_cast<std::size_t>(worker.held_header.index)];
+  // A worker held by the staleness bound may be waiting for worker 0, which waits here: none.
+  const bool waits =
+      owner.owes_residual && !owner.stopped && !owner.dead && owner.held != Worker::Held::kPull;
+  if (waits) return;
+  worker.held = Worker::Held::kNone;
+  owner.owes_residual = false;
+  // This round's, or the one sent before the worker's stop (its last: it pushes no more).
+  const bool current =
+      owner.residual_round == residual_round_ || (owner.stopped && owner.residual_round >= 0);
+  if (!current || owner.dead) {
+    reply(w, Status::kOk);
+    return;
+  }
+  reply(w, Status::kOk, 0, owner.residual.data(), std::ssize(owner.residual), sizeof(float));
 }
 
 void Server::check_deadlines() {
@@ -691,6 +752,7 @@ void Server::reply(int w, Status status, std::int64_t value, const void* payload
   header.min_clock = min_clock();
   header.count = count;
   header.value = value;
+  if (worker.owes_residual) header.flags |= kSendResidual;
   const std::size_t bytes =
       encoded_bytes > 0 ? encoded_bytes : static_cast<std::size_t>(count) * element_bytes;
   DTRAIN_CHECK(sizeof header + bytes <= worker.reply.size(), "reply of {} bytes", bytes);

@@ -121,6 +121,8 @@ class Server {
   // Answers worker w's request with an error the worker rethrows; the server serves on.
   void reply_error(int w, const std::string& message);
   void release_held();
+  // Worker w's kGetResidual, answered when the residual it asks for is in or cannot come.
+  void answer_residual(int w);
   void check_deadlines();
   bool finished() const;
   bool pull_ready(std::int64_t clock) const;
@@ -146,6 +148,7 @@ class Server {
   std::vector<Worker> workers_;
   ServerStats stats_;
   std::int64_t next_ticket_ = 0;
+  std::int64_t residual_round_ = 0;  // kResidualRound's count
   // bsp: the open step's gradient sum, its contributions and when its first one arrived.
   std::vector<float> step_sum_;
   std::int64_t step_contributions_ = 0;

@@ -510,8 +510,11 @@ RunSummary Trainer::run() {
   // stop asked for by SIGTERM / SIGINT. The ranks agree on the clock and the signal in one 8-byte
   // allreduce per step (about a microsecond between threads, docs/FAULTS.md), so that every rank
   // checkpoints and stops after the same step.
+  // A strategy whose ranks never meet (asynchronous parameter servers) takes them on rank 0 alone,
+  // by its own step count and clock; its position comes from the share plan (the tickets handed
+  // out). The other ranks stop on a signal without one.
   const bool mid_epoch = strategy_->keeps_checkpoints() && strategy_->checkpoints_mid_epoch() &&
-                         (comm == nullptr || strategy_->collective());
+                         (comm == nullptr || strategy_->collective() || writer);
   const bool agree = comm != nullptr && strategy_->collective();
   // A memory checkpoint is due by the step count alone, so every rank takes part in the same ones.
   auto memory_due = [&] {
@@ -756,12 +759,14 @@ RunSummary Trainer::run() {
         checkpoint_pending = mid_epoch && (checkpoint_pending || step_due || time_due);
         memory_pending = mid_epoch && (memory_pending || memory_due());
         if (mid_epoch && boundary && (signal != 0 || checkpoint_pending)) {
-          save(epoch, step_in_epoch * batch, so_far, /*fatal=*/signal != 0);
+          save(epoch, plan_->checkpoint_position(step_in_epoch * batch), so_far,
+               /*fatal=*/signal != 0);
           since_checkpoint.reset();
           checkpoint_pending = memory_pending = false;
           saved_at_stop = signal != 0;
         } else if (mid_epoch && boundary && memory_pending) {
-          save(epoch, step_in_epoch * batch, so_far, /*fatal=*/false, /*to_memory=*/true);
+          save(epoch, plan_->checkpoint_position(step_in_epoch * batch), so_far, /*fatal=*/false,
+               /*to_memory=*/true);
           memory_pending = false;
         }
         if (signal != 0 && (boundary || !mid_epoch)) {

@@ -100,8 +100,10 @@ HogwildEngine::HogwildEngine(const Config& config, const HogwildData& data, int 
 
 HogwildEngine::~HogwildEngine() = default;
 
-parallel::HogwildEpoch HogwildEngine::run_epoch(std::int64_t epoch, float lr) {
-  return linear_ ? linear_->run_epoch(epoch, lr) : dense_->run_epoch(epoch, lr);
+parallel::HogwildEpoch HogwildEngine::run_epoch(std::int64_t epoch, float lr, std::int64_t start,
+                                                const parallel::HogwildPause* pause) {
+  return linear_ ? linear_->run_epoch(epoch, lr, start, pause)
+                 : dense_->run_epoch(epoch, lr, start, pause);
 }
 
 std::span<float> HogwildEngine::weights() {

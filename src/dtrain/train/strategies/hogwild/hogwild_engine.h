@@ -58,13 +58,16 @@ class HogwildEngine {
   HogwildEngine(const HogwildEngine&) = delete;
   HogwildEngine& operator=(const HogwildEngine&) = delete;
 
-  parallel::HogwildEpoch run_epoch(std::int64_t epoch, float lr);
+  // From position `start` of the epoch's order, pausing as `pause` asks (parallel/hogwild.h).
+  parallel::HogwildEpoch run_epoch(std::int64_t epoch, float lr, std::int64_t start = 0,
+                                   const parallel::HogwildPause* pause = nullptr);
   HogwildFigures evaluate_train() const;
   // Empty when there is no test set.
   std::optional<HogwildFigures> evaluate_test() const;
 
-  // The shared parameters (after run_epoch returned: every thread joined) and their tensors, for
-  // checkpoints: the MLP's layers, or one tensor "weights" of the linear model's d features.
+  // The shared parameters (after run_epoch returned: every thread joined; or inside a pause's
+  // at_pause, every thread waiting) and their tensors, for checkpoints: the MLP's layers, or one
+  // tensor "weights" of the linear model's d features.
   std::span<float> weights();
   std::vector<nn::ParamEntry> param_entries() const;
 

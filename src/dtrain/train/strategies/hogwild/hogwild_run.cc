@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <optional>
 #include <vector>
@@ -11,10 +13,13 @@
 #include "dtrain/base/log.h"
 #include "dtrain/base/stop_request.h"
 #include "dtrain/base/timer.h"
+#include "dtrain/comm/communicator.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/checkpoint.h"
 #include "dtrain/train/checkpoint_dir.h"
+#include "dtrain/train/checkpoint_writer.h"
+#include "dtrain/train/memory_checkpoint.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/resume_records.h"
 #include "dtrain/train/statistics.h"
@@ -95,16 +100,27 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
   CheckpointDir checkpoints((dir / "checkpoints").string(), t.keep_checkpoints);
   AccuracyTargets targets(t.accuracy_targets);
   std::int64_t start_epoch = 0;
+  std::int64_t start_position = 0;  // samples of start_epoch's order trained before (a resume)
+  double carried_epoch_seconds = 0.0;
   std::int64_t updates = 0;
+  // Thread 0's steps over the run (chunks of the linear engine, mini-batches of the dense one):
+  // what train.checkpoint_every_steps and memory_checkpoint_every_steps count.
+  std::int64_t thread0_steps = 0;
   double train_seconds = 0.0;
   double previous_wall = 0.0;
   double best_accuracy = 0.0;
   HogwildFigures last_train;
   std::optional<HogwildFigures> last_test;
+  // Tier 1 (memory_checkpoint.h): the threads are one process, so always on one host.
+  std::optional<MemoryCheckpoint> memory;
+  if (t.memory_checkpoint_every_steps > 0) {
+    memory.emplace(dir.string(), t.memory_checkpoint_folder);
+  }
+  MemoryCheckpoint* const memory_tier = memory ? &*memory : nullptr;
   // As the Trainer does (trainer.cc): a run stopped before its first checkpoint starts over, and
   // one stopped after its last but before summary.json writes the summary from it.
   bool resume = options.resume;
-  if (resume && !checkpoints.has_any()) {
+  if (resume && !has_any_checkpoint(checkpoints, memory_tier)) {
     resume = false;
     log::info(
         "{} holds no checkpoint yet (the run stopped before its first): training it from "
@@ -112,9 +128,11 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
         (dir / "checkpoints").string());
     drop_records_after((dir / "metrics.jsonl").string(), 0);
   }
+  if (!resume && memory_tier != nullptr) memory_tier->remove();
   if (resume) {
-    // The shared parameters as the checkpoint's epoch left them (plain SGD keeps no other state).
-    const VerifiedCheckpoint verified = checkpoints.newest_good();
+    // The shared parameters as the checkpoint left them (plain SGD keeps no other state), at an
+    // epoch's end or at a pause inside one.
+    const VerifiedCheckpoint verified = newest_checkpoint(checkpoints, memory_tier);
     const Checkpoint& checkpoint = verified.checkpoint;
     if (checkpoint.seed != static_cast<std::uint64_t>(t.seed)) {
       throw CheckpointError(fmt::format(
@@ -122,13 +140,11 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
           verified.path, checkpoint.seed, t.seed));
     }
     check_hogwild_layout(checkpoint, engine, verified.path);
-    if (checkpoint.sampler_position != 0) {
-      throw CheckpointError(fmt::format(
-          "checkpoint {} was written inside epoch {}; a hogwild run resumes at epoch ends only",
-          verified.path, checkpoint.sampler_epoch + 1));
-    }
     std::copy(checkpoint.params.begin(), checkpoint.params.end(), engine.weights().begin());
     start_epoch = checkpoint.sampler_epoch;
+    start_position = checkpoint.sampler_position;
+    if (start_position > 0) carried_epoch_seconds = checkpoint.scalar("epoch_seconds", 0.0);
+    thread0_steps = static_cast<std::int64_t>(checkpoint.scalar("thread0_steps", 0.0));
     updates = static_cast<std::int64_t>(checkpoint.scalar("samples", 0.0));
     train_seconds = checkpoint.scalar("train_seconds", 0.0);
     previous_wall = checkpoint.scalar("wall_seconds", 0.0);
@@ -158,37 +174,127 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
                   "epochs; run folder {}",
                   config.model.name, engine.parameters(), engine.dataset_name(),
                   engine.description(), threads, t.epochs, dir.string()));
-  progress.message(
-      fmt::format("checkpoints: the shared parameters {}, once the epoch's threads joined",
-                  t.checkpoint_every > 0
-                      ? fmt::format("every {} epoch(s) and after the last", t.checkpoint_every)
-                      : std::string("after the last epoch")));
+  const bool on_a_clock = t.checkpoint_every_seconds > 0.0 || t.mtbf_hours > 0.0;
+  std::string inside;
+  if (t.checkpoint_every_steps > 0) {
+    inside = fmt::format("every {} steps of thread 0", t.checkpoint_every_steps);
+  }
+  if (on_a_clock) {
+    inside += fmt::format("{}{}", inside.empty() ? "" : " and ",
+                          t.checkpoint_every_seconds > 0.0
+                              ? fmt::format("every {:g} s", t.checkpoint_every_seconds)
+                              : std::string("every sqrt(2 C MTBF) s (Young/Daly)"));
+  }
+  if (memory_tier != nullptr) {
+    inside += fmt::format("{}in memory every {} steps of thread 0 ({})", inside.empty() ? "" : "; ",
+                          t.memory_checkpoint_every_steps, memory_tier->path());
+  }
+  progress.message(fmt::format(
+      "checkpoints: the shared parameters {}, once the epoch's threads joined{}",
+      t.checkpoint_every > 0
+          ? fmt::format("every {} epoch(s) and after the last", t.checkpoint_every)
+          : std::string("after the last epoch"),
+      inside.empty()
+          ? std::string()
+          : fmt::format("; inside epochs {}, the threads paused at a step boundary", inside)));
   if (resume) {
-    progress.message(fmt::format("resuming at epoch {} ({} updates)", start_epoch + 1, updates));
+    progress.message(fmt::format("resuming at epoch {} ({} updates{})", start_epoch + 1, updates,
+                                 start_position > 0
+                                     ? fmt::format(", sample {} of the epoch", start_position)
+                                     : std::string()));
   }
   auto elapsed = [&] { return previous_wall + wall.seconds(); };
-  // At an epoch end, with every thread joined: the parameters are exactly what the epoch wrote.
-  auto save = [&](std::int64_t epochs_done) {
+  // Checkpoint files are written by a thread of their own (checkpoint_writer.h) from a copy of the
+  // shared parameters: a pause inside an epoch lasts for that copy only.
+  CheckpointWriter writer(checkpoints);
+  double snapshot_seconds = 0.0;
+  // `epochs_done` whole epochs and `position` samples of the next; `epoch_seconds`: that epoch's
+  // so far. Taken with every thread joined (an epoch's end) or waiting (a pause).
+  auto snapshot = [&](std::int64_t epochs_done, std::int64_t position, std::int64_t samples,
+                      double seconds_trained, double epoch_seconds) {
     Checkpoint c;
     c.epoch = epochs_done;
-    c.global_step = updates;
+    c.global_step = samples;
     c.optimizer_steps = 0;  // plain SGD: no optimizer state
     c.seed = static_cast<std::uint64_t>(t.seed);
     c.sampler_epoch = epochs_done;
-    c.sampler_position = 0;
-    c.scalars = {{"samples", static_cast<double>(updates)},
-                 {"train_seconds", train_seconds},
+    c.sampler_position = position;
+    c.scalars = {{"samples", static_cast<double>(samples)},
+                 {"train_seconds", seconds_trained},
                  {"wall_seconds", elapsed()},
                  {"best_test_accuracy", best_accuracy},
                  {"final_test_loss", last_test ? last_test->loss : 0.0},
                  {"final_test_accuracy", last_test ? last_test->accuracy : 0.0},
                  {"final_train_loss", last_train.loss},
-                 {"final_train_accuracy", last_train.accuracy}};
+                 {"final_train_accuracy", last_train.accuracy},
+                 {"thread0_steps", static_cast<double>(thread0_steps)}};
+    if (position > 0) c.scalars.push_back({"epoch_seconds", epoch_seconds});
     save_accuracy_targets(targets, c);
     c.param_table = engine.param_entries();
     const std::span<float> weights = engine.weights();
     c.params.assign(weights.begin(), weights.end());
-    return checkpoints.save(c);
+    return c;
+  };
+  // Checkpoints inside an epoch (parallel/hogwild.h, HogwildPause): due by thread 0's step count
+  // or its clock (checkpoint_every_seconds, or Young/Daly's sqrt(2 C MTBF) with C the last
+  // checkpoint's snapshot + write seconds; before the first, its bytes at 500 MB/s), or at a stop
+  // signal; the memory tier by thread 0's step count.
+  const double first_cost = 1e-3 + static_cast<double>(engine.parameters()) * 4.0 / 500e6;
+  Stopwatch since_checkpoint;
+  bool disk_pending = false;
+  bool memory_pending = false;
+  bool saved_at_stop = false;
+  auto interval_seconds = [&] {
+    if (t.checkpoint_every_seconds > 0.0) return t.checkpoint_every_seconds;
+    if (t.mtbf_hours <= 0.0) return 0.0;
+    const auto written = writer.last_write();
+    const double cost = written ? snapshot_seconds + written->second : first_cost;
+    return std::sqrt(2.0 * cost * t.mtbf_hours * 3600.0);
+  };
+  const comm::CommOptions deadlines;
+  // The epoch in flight, for a pause's snapshot: its index, where it started, its clock.
+  std::int64_t current_epoch = 0;
+  Stopwatch epoch_clock;
+  parallel::HogwildPause pause;
+  pause.timeout = config.parallel.comm_timeout_seconds > 0.0
+                      ? std::chrono::milliseconds(static_cast<std::int64_t>(
+                            config.parallel.comm_timeout_seconds * 1000.0))
+                      : deadlines.timeout;
+  pause.due = [&] {
+    ++thread0_steps;
+    const bool steps =
+        t.checkpoint_every_steps > 0 && thread0_steps % t.checkpoint_every_steps == 0;
+    const double interval = on_a_clock ? interval_seconds() : 0.0;
+    disk_pending =
+        disk_pending || steps || (interval > 0.0 && since_checkpoint.seconds() >= interval);
+    memory_pending = memory_pending || (memory_tier != nullptr &&
+                                        thread0_steps % t.memory_checkpoint_every_steps == 0);
+    return disk_pending || memory_pending || stop_requested() != 0;
+  };
+  pause.at_pause = [&](std::int64_t position) {
+    const int signal = stop_requested();
+    if (signal == 0 && !disk_pending && !memory_pending) return false;
+    Stopwatch clock;
+    const std::int64_t first = current_epoch == start_epoch ? start_position : 0;
+    const double seconds = epoch_clock.seconds();
+    const double carried = current_epoch == start_epoch ? carried_epoch_seconds : 0.0;
+    Checkpoint c = snapshot(current_epoch, position, updates + position - first,
+                            train_seconds + seconds, carried + seconds);
+    if (signal != 0 || disk_pending) {
+      snapshot_seconds = clock.seconds();
+      writer.submit(std::move(c), /*fatal=*/signal != 0);
+      since_checkpoint.reset();
+      disk_pending = memory_pending = false;
+      saved_at_stop = signal != 0;
+    } else {
+      try {
+        memory_tier->save(c);
+      } catch (const CheckpointError& e) {
+        log::warn("{}; memory checkpoints are off for this run", e.what());
+      }
+      memory_pending = false;
+    }
+    return signal != 0;
   };
 
   std::vector<double> epoch_rates;
@@ -196,7 +302,11 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
   std::vector<double> thread_cpu_seconds(thread_updates.size(), 0.0);
   for (std::int64_t e = start_epoch; e < t.epochs; ++e) {
     const auto lr = static_cast<float>(schedule.lr(e));
-    const parallel::HogwildEpoch epoch = engine.run_epoch(e, lr);
+    const std::int64_t first = e == start_epoch ? start_position : 0;
+    current_epoch = e;
+    epoch_clock.reset();
+    // Always with pauses: a stop signal pauses too, whatever the keys (one check per step).
+    const parallel::HogwildEpoch epoch = engine.run_epoch(e, lr, first, &pause);
     updates += epoch.updates;
     train_seconds += epoch.seconds;
     epoch_rates.push_back(epoch.updates_per_second);
@@ -204,12 +314,27 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
       thread_updates[i] += epoch.thread_updates[i];
       thread_cpu_seconds[i] += epoch.thread_cpu_seconds[i];
     }
+    if (epoch.stopped) {
+      // A stop inside the epoch: its checkpoint was taken at the pause.
+      writer.wait();
+      if (memory_tier != nullptr && saved_at_stop) memory_tier->remove();
+      const auto written = writer.last_write();
+      log::warn(
+          "stopped by {} inside epoch {} of {} (after sample {} of its order): checkpoint {}; "
+          "continue with `dtrain train --resume {}`",
+          stop_signal_name(stop_requested()), e + 1, t.epochs, epoch.position,
+          written ? written->first : std::string("(none)"), dir.string());
+      RunSummary stopped;
+      stopped.stopped_by_signal = stop_requested();
+      return stopped;
+    }
     last_train = engine.evaluate_train();
     last_test = engine.evaluate_test();
     const double accuracy = last_test ? last_test->accuracy : last_train.accuracy;
     best_accuracy = std::max(best_accuracy, accuracy);
     targets.observe(accuracy, train_seconds);
 
+    const double epoch_seconds = (e == start_epoch ? carried_epoch_seconds : 0.0) + epoch.seconds;
     EpochRecord record;
     record.epoch = e + 1;
     record.step = updates;
@@ -218,7 +343,7 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
     record.test_loss = last_test ? last_test->loss : 0.0;
     record.test_accuracy = last_test ? last_test->accuracy : 0.0;
     record.samples_per_second = epoch.updates_per_second;
-    record.epoch_seconds = epoch.seconds;
+    record.epoch_seconds = epoch_seconds;
     record.train_seconds = train_seconds;
     record.elapsed = elapsed();
     nlohmann::json line = to_json(record);
@@ -239,24 +364,43 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
                                 100.0 * last_test->accuracy)
                   : std::string(),
         lr, epoch.updates_per_second, epoch.seconds));
-    // SIGTERM / SIGINT (base/stop_request.h): the threads share no step to stop at, so the run
-    // stops at the epoch's end with a checkpoint there.
+    // SIGTERM / SIGINT (base/stop_request.h) that came during the epoch's last step: the run stops
+    // at the epoch's end with a checkpoint there. A step or clock checkpoint due at the epoch's
+    // last step is this epoch checkpoint.
     const int signal = stop_requested();
-    std::string saved;
-    if (e + 1 == t.epochs || signal != 0 ||
+    const bool last = e + 1 == t.epochs;
+    if (last || signal != 0 || disk_pending ||
         (t.checkpoint_every > 0 && (e + 1) % t.checkpoint_every == 0)) {
-      saved = save(e + 1);
+      Stopwatch clock;
+      Checkpoint c = snapshot(e + 1, 0, updates, train_seconds, 0.0);
+      snapshot_seconds = clock.seconds();
+      writer.submit(std::move(c), /*fatal=*/last || signal != 0);
+      since_checkpoint.reset();
+      disk_pending = memory_pending = false;
+    } else if (memory_pending) {
+      try {
+        memory_tier->save(snapshot(e + 1, 0, updates, train_seconds, 0.0));
+      } catch (const CheckpointError& error) {
+        log::warn("{}; memory checkpoints are off for this run", error.what());
+      }
+      memory_pending = false;
     }
-    if (signal != 0 && e + 1 < t.epochs) {
+    if (signal != 0 && !last) {
+      writer.wait();
+      if (memory_tier != nullptr) memory_tier->remove();
+      const auto written = writer.last_write();
       log::warn(
           "stopped by {} after epoch {} of {}: checkpoint {}; continue with `dtrain train "
           "--resume {}`",
-          stop_signal_name(signal), e + 1, t.epochs, saved, dir.string());
+          stop_signal_name(signal), e + 1, t.epochs,
+          written ? written->first : std::string("(none)"), dir.string());
       RunSummary stopped;
       stopped.stopped_by_signal = signal;
       return stopped;
     }
   }
+  writer.wait();  // the last checkpoint is on disk before the run reports anything
+  if (memory_tier != nullptr) memory_tier->remove();
 
   RunSummary summary;
   summary.model = config.model.name;

@@ -115,6 +115,11 @@ std::vector<optim::StateTensor> ParameterServerWorker::checkpoint_state(
                                 /*root_only=*/true);
   }
   if (context_.rank != 0) return {};  // worker 0 writes the checkpoint
+  // async / ssp with error feedback: the other workers never meet this one, so each sends its
+  // residual to the servers with its next request (or sent it before its stop), while worker 0
+  // fetches the servers' state below; worker 0 then collects them (ps/protocol.h, kResidualRound).
+  const bool carried_residuals = ticketed() && !client_.residual().empty();
+  if (carried_residuals && context_.world > 1) client_.begin_residual_round();
   nn::ParamStore& store = context_.model.store();
   const ps::KeyRange all{0, store.num_params()};
   // async / ssp: the servers' parameters now, with the state below, not this worker's last pull;
@@ -141,6 +146,19 @@ std::vector<optim::StateTensor> ParameterServerWorker::checkpoint_state(
     }
   }
   for (optim::StateTensor& tensor : residuals) state.push_back(std::move(tensor));
+  if (carried_residuals) {
+    // The workers' count, then each residual that came (one that could not is left out, and that
+    // worker's restarts at zero).
+    state.push_back({std::string(kResidualWorkers), {static_cast<float>(context_.world)}});
+    for (int w = 0; w < context_.world; ++w) {
+      const auto own = client_.residual();
+      std::vector<float> values =
+          w == 0 ? std::vector<float>(own.begin(), own.end()) : client_.get_residual(w);
+      if (!values.empty()) {
+        state.push_back({rank_prefix(w) + "compression/residual", std::move(values)});
+      }
+    }
+  }
   if (robust()) {
     const std::vector<std::vector<float>> kept = client_.get_aggregator_states();
     for (std::size_t s = 0; s < kept.size(); ++s) {
@@ -205,7 +223,17 @@ const optim::StateTensor* find_own(const PerRankState& split, const std::string&
 
 void ParameterServerWorker::restore_per_worker_state(std::vector<optim::StateTensor>& state,
                                                      const std::string& path) {
+  // async / ssp: the workers that wrote the residuals (some may be missing).
+  std::int64_t carried_by = -1;
+  for (auto it = state.begin(); it != state.end(); ++it) {
+    if (it->name == kResidualWorkers && !it->values.empty()) {
+      carried_by = static_cast<std::int64_t>(it->values.front());
+      state.erase(it);
+      break;
+    }
+  }
   PerRankState split = split_per_rank(state, context_.rank);
+  if (carried_by >= 0) split.writers = static_cast<std::size_t>(carried_by);
   std::erase_if(state,
                 [](const optim::StateTensor& tensor) { return tensor.name.rfind("rank", 0) == 0; });
   if (!worker_momentum_.empty()) {
@@ -227,10 +255,18 @@ void ParameterServerWorker::restore_per_worker_state(std::vector<optim::StateTen
     client_.set_residual(residual->values);
     return;
   }
+  if (carried_by >= 0 && std::cmp_equal(carried_by, context_.world)) {
+    // async / ssp: this worker's did not come at the checkpoint (ps/protocol.h, kGetResidual).
+    log::warn(
+        "checkpoint {} holds no residual of worker {} (it was held by the staleness bound or "
+        "had stopped without one): its error-feedback residual restarts at zero",
+        path, context_.rank);
+    return;
+  }
   if (context_.rank == 0) {
     log::warn("checkpoint {} holds {}: error-feedback residuals of the pushes restart at zero",
               path,
-              split.writers == 0 ? std::string("no worker's residual (async and ssp keep none)")
+              split.writers == 0 ? std::string("no worker's residual")
                                  : fmt::format("the residuals of {} workers, this run has {}",
                                                split.writers, context_.world));
   }
@@ -317,7 +353,8 @@ void ParameterServerWorker::finish(bool writer) {
   if (writer) {
     server_stats_ = client_.stop_with_stats();  // once every worker has stopped
   } else {
-    client_.stop();
+    // async / ssp: the residual goes to the servers first, for a checkpoint worker 0 still takes.
+    client_.stop(/*with_residual=*/ticketed());
   }
 }
 

@@ -12,9 +12,11 @@
 // depend on the number of servers or workers that wrote it, and on resume worker 0 puts them back,
 // each server taking its key range. The worker's own optimizer (which updates nothing) counts the
 // servers' updates, so a checkpoint's optimizer_steps is theirs. bsp resumes bitwise; async and ssp
-// resume from a snapshot taken while other workers may still push (docs/PS.md, "Checkpoints").
-// With error feedback on compressed pushes, bsp checkpoints also hold every worker's residual, and
-// with robust aggregation each server's aggregator state.
+// resume from a snapshot taken while other workers may still push (docs/PS.md, "Checkpoints"),
+// also inside an epoch: worker 0 alone takes those, by its own steps and clock, at the position of
+// the tickets handed out. With error feedback on compressed pushes, checkpoints also hold every
+// worker's residual (bsp: gathered over the workers; async / ssp: sent through the servers,
+// ps/protocol.h kResidualRound), and with robust aggregation each server's aggregator state.
 // Worker momentum (data_parallel.worker_momentum, bsp with robust aggregation; docs/ROBUST.md):
 // each worker pushes its momentum m <- beta m + g (g its own mean gradient) instead of g, in the
 // push's units (times its share of the batch), so the servers' rows are the workers' momenta; bsp
@@ -44,8 +46,6 @@ class ParameterServerWorker final : public Strategy {
   // One worker's layout whatever the servers and workers: any count resumes it (bsp: the same
   // global batches; async / ssp: the tickets of the remaining epochs, cut for the new count).
   bool reshards_checkpoints() const override { return true; }
-  // async / ssp: a position inside an epoch is worker 0's alone (the others hold other tickets).
-  bool checkpoints_mid_epoch() const override { return !ticketed(); }
   void restore_state(std::vector<optim::StateTensor> state, std::int64_t optimizer_steps,
                      optim::Optimizer& optimizer, const std::string& path) override;
   std::vector<std::string> describe() const override;
@@ -54,15 +54,18 @@ class ParameterServerWorker final : public Strategy {
 
  private:
   bool ticketed() const { return context_.config.parameter_server.consistency != "bsp"; }
+  // async / ssp checkpoints with error feedback: the number of workers whose residuals the
+  // checkpoint carries ("rank<w>/compression/residual" of those that came).
+  static constexpr std::string_view kResidualWorkers = "ps/residual_workers";
   // The banner's lines on compression: what a push and a pull carry, beside the bytes' formula.
   std::string push_line() const;
   std::string pull_line() const;
   // How the servers combine a step's gradients: the sum, or an aggregator (and the attack).
   std::string aggregation_line() const;
   // Takes this worker's error-feedback residual and worker momentum out of a checkpoint's state
-  // (bsp checkpoints hold every worker's, "rank<w>/compression/residual" and
-  // "rank<w>/robust/worker_momentum"); another worker count, or none saved (async, ssp), restarts
-  // them at zero and worker 0 says so.
+  // (checkpoints hold every worker's, "rank<w>/compression/residual" and, bsp only,
+  // "rank<w>/robust/worker_momentum"); another worker count, or none saved (an async / ssp worker
+  // whose residual could not come), restarts them at zero with a warning.
   void restore_per_worker_state(std::vector<optim::StateTensor>& state, const std::string& path);
   // Worker momentum: the pushed gradient (store.grads(), its share of the batch's mean gradient)
   // becomes the share of this worker's momentum, m <- beta m + grads x B / samples.

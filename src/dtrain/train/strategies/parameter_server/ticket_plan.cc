@@ -25,12 +25,20 @@ TicketPlan::TicketPlan(const Config& config, int workers, std::int64_t train_sam
   data::check_batch_covers_ranks(config.train.batch_size, workers, config.train.accumulate_steps);
 }
 
-void TicketPlan::begin_epoch(std::int64_t epoch, std::int64_t /*position*/) { epoch_ = epoch; }
+void TicketPlan::begin_epoch(std::int64_t epoch, std::int64_t position) {
+  epoch_ = epoch;
+  first_ticket_ = epoch * tickets_per_epoch_ + (position + local_batch_ - 1) / local_batch_;
+}
+
+std::int64_t TicketPlan::checkpoint_position(std::int64_t /*steps_position*/) {
+  const std::int64_t handed = client_.peek_ticket() - epoch_ * tickets_per_epoch_;
+  return std::min(n_, std::clamp<std::int64_t>(handed, 0, tickets_per_epoch_) * local_batch_);
+}
 
 std::optional<data::Share> TicketPlan::next() {
   // Tickets count over the whole run; one of the next epoch waits for the next epoch. None of an
   // earlier epoch: a run resumed at epoch e starts at e's first ticket.
-  if (pending_ < 0 && !exhausted_) pending_ = client_.next_ticket(epoch_ * tickets_per_epoch_);
+  if (pending_ < 0 && !exhausted_) pending_ = client_.next_ticket(first_ticket_);
   if (pending_ < 0) {
     exhausted_ = true;
     return std::nullopt;

@@ -24,9 +24,14 @@ class TicketPlan final : public data::SharePlan {
   TicketPlan(const Config& config, int workers, std::int64_t train_samples, ps::Client& client);
   // About tickets / workers steps each: a progress bar's and a schedule's epoch.
   std::int64_t steps_per_epoch() const override { return steps_per_epoch_; }
+  // `position` (a resume inside the epoch): the tickets before position / local batch were
+  // trained before the checkpoint; the epoch goes on from there.
   void begin_epoch(std::int64_t epoch, std::int64_t position) override;
   std::optional<data::Share> next() override;
   bool independent() const override { return true; }
+  // The epoch's tickets server 0 has handed out (to any worker) x the local batch, at most the
+  // epoch's samples: one round trip to server 0.
+  std::int64_t checkpoint_position(std::int64_t steps_position) override;
 
  private:
   ps::Client& client_;
@@ -36,7 +41,8 @@ class TicketPlan final : public data::SharePlan {
   std::int64_t tickets_per_epoch_;
   std::int64_t steps_per_epoch_;
   std::int64_t epoch_ = 0;
-  std::int64_t pending_ = -1;  // a ticket of a later epoch, kept for it
+  std::int64_t first_ticket_ = 0;  // the lowest ticket of the epoch this run may train on
+  std::int64_t pending_ = -1;      // a ticket of a later epoch, kept for it
   bool exhausted_ = false;
 };
 

@@ -3,8 +3,9 @@
 # 64 x 64 synthetic images over 2 ranks through examples/synthetic_spatial.toml's convolutions,
 # batch norm and pools and follows one worker to rounding; summary.json's bytes per step equal the
 # formula's; a resumed run ends where the uninterrupted one does; the same run under mpirun (2
-# processes); the ResNet split through its residual blocks likewise, threads and mpirun; splits that cannot be done are one line, exit 2; `dtrain bench spatial` prints its
-# rows (no timing asserted).
+# processes); the ResNet split through its residual blocks likewise, threads and mpirun, and on the
+# grid (--dp 2 --sp 2, threads and mpirun -np 4); splits that cannot be done are one line, exit 2;
+# `dtrain bench spatial` prints its rows (no timing asserted).
 # Usage: bash spatial_e2e_test.sh /path/to/dtrain   (run by ctest as apps.spatial_e2e_test)
 set -euo pipefail
 DTRAIN=$(realpath "$1")
@@ -88,6 +89,42 @@ assert b["parallel"]["bytes_sent_per_step_per_rank"] == a["parallel"]["bytes_sen
 PY
   echo "ok: mpirun -np 2 spatial ResNet equals the threads' run"
 fi
+
+# On the grid: --dp 2 --sp 2, 2 replicas of 8 images each split over 2 ranks (4 thread ranks),
+# follows one worker accumulating 2 micro-batches of 8 (each replica's batch norms see its 8
+# images); every rank's bytes equal the formula; the same under mpirun -np 4.
+"$DTRAIN" train "${RESNET[@]}" --epochs 1 --set train.accumulate_steps=2 --out "$TMP/res1acc"
+"$DTRAIN" train "${RESNET[@]}" --epochs 1 --dp 2 --sp 2 --out "$TMP/grid"
+python3 - "$TMP/res1acc" "$TMP/grid" <<'PY' || fail "--dp 2 --sp 2 does not follow one worker"
+import json, sys
+one, g = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
+assert abs(g["final_train_loss"] - one["final_train_loss"]) <= 1e-5 * abs(one["final_train_loss"]), (g["final_train_loss"], one["final_train_loss"])
+p = g["parallel"]
+assert p["strategy"] == "hybrid" and p["ranks"] == 4, p
+assert p["grid"]["spatial_groups"] == [[0, 1], [2, 3]] and p["grid"]["data_groups"] == [[0, 2], [1, 3]], p["grid"]
+for row in p["per_grid_rank"]:
+    assert row["model_group_bytes_sent_per_step"] == row["model_group_bytes_predicted_per_step"] > 0, row
+    assert row["data_group_bytes_sent_per_step"] == row["data_group_bytes_predicted_per_step"] > 0, row
+PY
+echo "ok: --dp 2 --sp 2 follows one worker accumulating 2 micro-batches; bytes equal the formula"
+if command -v mpirun > /dev/null; then
+  "${MPIRUN[@]}" -np 4 "$DTRAIN" train "${RESNET[@]}" --epochs 1 --dp 2 --sp 2 \
+    --out "$TMP/grid_mpi" || fail "mpirun -np 4 --dp 2 --sp 2 failed"
+  python3 - "$TMP/grid" "$TMP/grid_mpi" <<'PY' || fail "--dp 2 --sp 2 under mpirun differs"
+import json, sys
+a, b = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
+assert b["parallel"]["transport"] == "mpi", b["parallel"]
+assert a["final_train_loss"] == b["final_train_loss"], (a["final_train_loss"], b["final_train_loss"])
+PY
+  echo "ok: mpirun -np 4 --dp 2 --sp 2 equals the threads' run"
+fi
+expect_error "the grid hybrid.dp x sp x tp x pp = 2 x 2 x 1 x 1 = 4: the grid sets the number of ranks" \
+  train "${RESNET[@]}" --dp 2 --sp 2 --workers 8 --out "$TMP/bad_grid"
+expect_error "hybrid.sp = 2 with hybrid.tp = 2 and hybrid.pp = 1" train "${RESNET[@]}" --sp 2 --tp 2 \
+  --out "$TMP/bad_grid2"
+expect_error "on the grid the spatial groups' size is --sp S" train "${RESNET[@]}" --strategy spatial \
+  --dp 2 --workers 4 --out "$TMP/bad_grid3"
+echo "ok: bad spatial grids are one line, exit 2"
 
 expect_error "images of 64 rows do not split evenly over 3 ranks" train "${SMALL[@]}" \
   --strategy spatial --workers 3 --out "$TMP/bad1"

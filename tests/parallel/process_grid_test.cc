@@ -1,7 +1,8 @@
 // parallel::ProcessGrid: Megatron-LM's layout (tensor groups on adjacent ranks, then data, pipeline
 // outermost) and the other order written out by hand for 2 x 2 x 2; the groups split on 8 thread
 // ranks are those groups (an allreduce of world ranks over each sums exactly their members); a
-// grid whose product is not the number of ranks is a ConfigError naming the numbers.
+// grid whose product is not the number of ranks is a ConfigError naming the numbers; the spatial
+// axis sits next to the tensor axis.
 #include "dtrain/parallel/process_grid.h"
 
 #include <gtest/gtest.h>
@@ -80,6 +81,41 @@ TEST(ProcessGrid, AProductOtherThanTheRanksIsAConfigErrorNamingTheNumbers) {
     EXPECT_NE(what.find("8 ranks"), std::string::npos) << what;
   }
   EXPECT_NO_THROW(check_grid(shape, 4));
+}
+
+// The spatial axis varies right after the tensor axis (both on adjacent ranks): dp 2 x sp 2 on 4
+// ranks gives spatial groups {0,1} {2,3} and data groups {0,2} {1,3}; with a pipeline around
+// (dp 2 x sp 2 x pp 2 on 8 ranks, the grid itself allows it) the split groups hold their members.
+TEST(ProcessGrid, SpatialGroupsSitOnAdjacentRanks) {
+  GridShape shape;
+  shape.dp = 2;
+  shape.sp = 2;
+  EXPECT_EQ(grid_groups(shape, GridAxis::kSpatial), (Groups{{0, 1}, {2, 3}}));
+  EXPECT_EQ(grid_groups(shape, GridAxis::kData), (Groups{{0, 2}, {1, 3}}));
+  EXPECT_EQ(grid_order_name(shape.order), "tp-dp-pp");
+  shape.pp = 2;
+  EXPECT_EQ(grid_groups(shape, GridAxis::kPipeline), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  comm::spawn_ranks(8, [&](comm::Communicator& world) {
+    ProcessGrid grid(world, shape);
+    EXPECT_EQ(grid.spatial().size(), 2);
+    EXPECT_EQ(grid.spatial().rank(), grid.coords().sp);
+    double sum = world.rank();
+    grid.spatial().allreduce(&sum, 1, DType::kF64, comm::ReduceOp::kSum);
+    // Rank 2k and 2k + 1 share a spatial group.
+    EXPECT_EQ(sum, 4 * (world.rank() / 2) + 1) << world.rank();
+    if (world.rank() == 0) {
+      const std::vector<std::string> lines = grid.describe();
+      ASSERT_GE(lines.size(), 1u);
+      EXPECT_NE(lines[0].find("dp x sp x tp x pp = 2 x 2 x 1 x 2 on 8 ranks"), std::string::npos)
+          << lines[0];
+    }
+  });
+  try {
+    check_grid(shape, 4);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("2 x 2 x 1 x 2 = 8"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -13,6 +13,7 @@ int GridShape::extent(GridAxis axis) const {
     case GridAxis::kData: return dp;
     case GridAxis::kTensor: return tp;
     case GridAxis::kPipeline: return pp;
+    case GridAxis::kSpatial: return sp;
   }
   return 1;
 }
@@ -22,6 +23,7 @@ int GridCoords::at(GridAxis axis) const {
     case GridAxis::kData: return dp;
     case GridAxis::kTensor: return tp;
     case GridAxis::kPipeline: return pp;
+    case GridAxis::kSpatial: return sp;
   }
   return 0;
 }
@@ -31,24 +33,42 @@ const char* grid_axis_name(GridAxis axis) {
     case GridAxis::kData: return "dp";
     case GridAxis::kTensor: return "tp";
     case GridAxis::kPipeline: return "pp";
+    case GridAxis::kSpatial: return "sp";
   }
   return "?";
 }
 
-std::array<GridAxis, 3> parse_grid_order(std::string_view text, std::string_view key) {
-  if (text == "tp-dp-pp") return {GridAxis::kTensor, GridAxis::kData, GridAxis::kPipeline};
-  if (text == "tp-pp-dp") return {GridAxis::kTensor, GridAxis::kPipeline, GridAxis::kData};
+std::array<GridAxis, 4> parse_grid_order(std::string_view text, std::string_view key) {
+  if (text == "tp-dp-pp") {
+    return {GridAxis::kTensor, GridAxis::kSpatial, GridAxis::kData, GridAxis::kPipeline};
+  }
+  if (text == "tp-pp-dp") {
+    return {GridAxis::kTensor, GridAxis::kSpatial, GridAxis::kPipeline, GridAxis::kData};
+  }
   throw ConfigError(fmt::format(
       "{} = \"{}\" is not a grid order; accepted: tp-dp-pp (Megatron-LM), tp-pp-dp", key, text));
 }
 
-std::string grid_order_name(const std::array<GridAxis, 3>& order) {
-  return fmt::format("{}-{}-{}", grid_axis_name(order[0]), grid_axis_name(order[1]),
-                     grid_axis_name(order[2]));
+std::string grid_order_name(const std::array<GridAxis, 4>& order) {
+  std::string name;
+  for (const GridAxis axis : order) {
+    if (axis == GridAxis::kSpatial) continue;
+    if (!name.empty()) name += '-';
+    name += grid_axis_name(axis);
+  }
+  return name;
 }
 
 void check_grid(const GridShape& shape, int ranks) {
-  if (shape.dp < 1 || shape.tp < 1 || shape.pp < 1 || shape.size() != ranks) {
+  if (shape.dp < 1 || shape.tp < 1 || shape.pp < 1 || shape.sp < 1 || shape.size() != ranks) {
+    if (shape.sp != 1) {
+      throw ConfigError(fmt::format(
+          "the grid dp x sp x tp x pp = {} x {} x {} x {} = {} does not match the {} ranks of "
+          "this run; choose --dp, --sp, --tp and --pp whose product is the number of ranks "
+          "(threads: they set it; mpirun: -np x parallel.workers)",
+          shape.dp, shape.sp, shape.tp, shape.pp, shape.dp * shape.sp * shape.tp * shape.pp,
+          ranks));
+    }
     throw ConfigError(fmt::format(
         "the grid dp x tp x pp = {} x {} x {} = {} does not match the {} ranks of this run; "
         "choose --dp, --tp and --pp whose product is the number of ranks (threads: they set it; "
@@ -68,6 +88,7 @@ GridCoords grid_coords(const GridShape& shape, int rank) {
       case GridAxis::kData: coords.dp = index; break;
       case GridAxis::kTensor: coords.tp = index; break;
       case GridAxis::kPipeline: coords.pp = index; break;
+      case GridAxis::kSpatial: coords.sp = index; break;
     }
   }
   return coords;
@@ -91,6 +112,7 @@ int group_color(const GridShape& shape, GridCoords coords, GridAxis axis) {
     case GridAxis::kData: coords.dp = 0; break;
     case GridAxis::kTensor: coords.tp = 0; break;
     case GridAxis::kPipeline: coords.pp = 0; break;
+    case GridAxis::kSpatial: coords.sp = 0; break;
   }
   return grid_rank(shape, coords);
 }
@@ -137,9 +159,11 @@ ProcessGrid::ProcessGrid(comm::Communicator& world, const GridShape& shape)
   data_ = world.split(group_color(shape_, coords_, GridAxis::kData), coords_.dp);
   tensor_ = world.split(group_color(shape_, coords_, GridAxis::kTensor), coords_.tp);
   pipeline_ = world.split(group_color(shape_, coords_, GridAxis::kPipeline), coords_.pp);
+  spatial_ = world.split(group_color(shape_, coords_, GridAxis::kSpatial), coords_.sp);
   DTRAIN_CHECK_EQ(data_->rank(), coords_.dp);
   DTRAIN_CHECK_EQ(tensor_->rank(), coords_.tp);
   DTRAIN_CHECK_EQ(pipeline_->rank(), coords_.pp);
+  DTRAIN_CHECK_EQ(spatial_->rank(), coords_.sp);
 }
 
 comm::Communicator& ProcessGrid::group(GridAxis axis) {
@@ -147,21 +171,38 @@ comm::Communicator& ProcessGrid::group(GridAxis axis) {
     case GridAxis::kData: return *data_;
     case GridAxis::kTensor: return *tensor_;
     case GridAxis::kPipeline: return *pipeline_;
+    case GridAxis::kSpatial: return *spatial_;
   }
   return *data_;
 }
 
 std::vector<std::string> ProcessGrid::describe() const {
-  std::vector<std::string> lines{fmt::format(
-      "grid: dp x tp x pp = {} x {} x {} on {} ranks, order {} (rank = index along {} + {} x "
-      "(index along {} + {} x index along {}))",
-      shape_.dp, shape_.tp, shape_.pp, shape_.size(), grid_order_name(shape_.order),
-      grid_axis_name(shape_.order[0]), shape_.extent(shape_.order[0]),
-      grid_axis_name(shape_.order[1]), shape_.extent(shape_.order[1]),
-      grid_axis_name(shape_.order[2]))};
-  for (const GridAxis axis : {GridAxis::kTensor, GridAxis::kPipeline, GridAxis::kData}) {
+  // The axes of the rank formula, fastest first; the spatial axis only when it is split, so that
+  // a grid without it prints as before.
+  std::array<GridAxis, 4> axes{};
+  std::size_t n = 0;
+  for (const GridAxis axis : shape_.order) {
+    if (axis != GridAxis::kSpatial || shape_.sp > 1) axes[n++] = axis;
+  }
+  std::string formula = fmt::format("index along {}", grid_axis_name(axes[n - 1]));
+  for (std::size_t i = n - 1; i-- > 0;) {
+    // "a + A x index along b" innermost, "a + A x (...)" around a sum.
+    const bool sum = i + 2 < n;
+    formula = fmt::format("index along {} + {} x {}{}{}", grid_axis_name(axes[i]),
+                          shape_.extent(axes[i]), sum ? "(" : "", formula, sum ? ")" : "");
+  }
+  const std::string shape_text =
+      shape_.sp > 1 ? fmt::format("dp x sp x tp x pp = {} x {} x {} x {}", shape_.dp, shape_.sp,
+                                  shape_.tp, shape_.pp)
+                    : fmt::format("dp x tp x pp = {} x {} x {}", shape_.dp, shape_.tp, shape_.pp);
+  std::vector<std::string> lines{fmt::format("grid: {} on {} ranks, order {} (rank = {})",
+                                             shape_text, shape_.size(),
+                                             grid_order_name(shape_.order), formula)};
+  for (const GridAxis axis :
+       {GridAxis::kTensor, GridAxis::kSpatial, GridAxis::kPipeline, GridAxis::kData}) {
     if (shape_.extent(axis) == 1) continue;
     const char* what = axis == GridAxis::kTensor     ? "tensor groups"
+                       : axis == GridAxis::kSpatial  ? "spatial groups (rows split, top band first)"
                        : axis == GridAxis::kPipeline ? "pipeline groups (stage 0 first)"
                                                      : "data groups";
     lines.push_back(fmt::format("grid: {} {}", what, groups_text(grid_groups(shape_, axis))));

@@ -604,11 +604,16 @@ std::vector<Field> fields(Config& c) {
        {"auto", "megatron", "allgather"}},
 
       int_at_least("hybrid", "dp", &hy.dp,
-                   "D: data-parallel replicas of the grid; dp x tp x pp must equal the ranks", 1),
+                   "D: data-parallel replicas of the grid; dp x sp x tp x pp must equal the ranks",
+                   1),
       int_at_least("hybrid", "tp", &hy.tp,
                    "T: ranks of each tensor-parallel group ([tensor_parallel] style)", 1),
       int_at_least("hybrid", "pp", &hy.pp,
                    "P: stages of each pipeline ([pipeline] micro_batches, schedule, partition)", 1),
+      int_at_least("hybrid", "sp", &hy.sp,
+                   "S: ranks of each spatial group, which split every image's rows (spatial "
+                   "parallelism, docs/SPATIAL.md); with dp only: tp = pp = 1",
+                   1),
       {"hybrid",
        "order",
        &hy.order,

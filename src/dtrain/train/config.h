@@ -263,12 +263,13 @@ struct TensorParallelSection {
 };
 
 // [hybrid], read by parallel.strategy = "hybrid" (strategies/hybrid/, docs/HYBRID.md): a process
-// grid of dp x tp x pp ranks (parallel/process_grid.h); the pipeline reads [pipeline], the tensor
-// split [tensor_parallel].
+// grid of dp x sp x tp x pp ranks (parallel/process_grid.h); the pipeline reads [pipeline], the
+// tensor split [tensor_parallel]; the spatial split has no section.
 struct HybridSection {
   std::int64_t dp = 1;             // data-parallel replicas
   std::int64_t tp = 1;             // ranks of each tensor-parallel group
   std::int64_t pp = 1;             // stages of each pipeline
+  std::int64_t sp = 1;             // ranks of each spatial group (image rows split; tp = pp = 1)
   std::string order = "tp-dp-pp";  // axes from the fastest-varying rank index: tp-dp-pp | tp-pp-dp
   bool operator==(const HybridSection&) const = default;
 };

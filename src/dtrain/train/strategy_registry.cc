@@ -29,7 +29,13 @@ std::unique_ptr<Strategy> replicas(const StrategyContext& context) {
 
 int hybrid_thread_ranks(const Config& config) {
   const HybridSection& h = config.hybrid;
-  const std::int64_t grid = h.dp * h.tp * h.pp;
+  const std::int64_t grid = h.dp * h.tp * h.pp * h.sp;
+  if (config.parallel.workers != 1 && config.parallel.workers != grid && h.sp != 1) {
+    throw ConfigError(fmt::format(
+        "parallel.workers = {} but the grid hybrid.dp x sp x tp x pp = {} x {} x {} x {} = {}: "
+        "the grid sets the number of ranks; drop --workers or make it {}",
+        config.parallel.workers, h.dp, h.sp, h.tp, h.pp, grid, grid));
+  }
   if (config.parallel.workers != 1 && config.parallel.workers != grid) {
     throw ConfigError(fmt::format(
         "parallel.workers = {} but the grid hybrid.dp x tp x pp = {} x {} x {} = {}: the grid "
@@ -97,12 +103,13 @@ std::vector<StrategyInfo> make_registry() {
       "by outputs (seed 003's all-gather form)",
       "docs/TENSOR_PARALLEL.md", replicas<TensorParallel>, nullptr, nullptr, nullptr,
       /*pin_ranks=*/true});
-  // thread_ranks: the grid sets the ranks (dp x tp x pp); parallel.workers, when set, must agree.
+  // thread_ranks: the grid sets the ranks (dp x sp x tp x pp); parallel.workers, when set, must
+  // agree.
   registry.push_back(StrategyInfo{
       "hybrid",
-      "a process grid hybrid.dp x hybrid.tp x hybrid.pp (--dp, --tp, --pp): data parallelism "
-      "around pipeline or tensor parallelism, each stage's or shard's gradients summed over its "
-      "data group (ZeRO-1 with data_parallel.zero_stage = 1)",
+      "a process grid hybrid.dp x hybrid.sp x hybrid.tp x hybrid.pp (--dp, --sp, --tp, --pp): "
+      "data parallelism around pipeline, tensor or spatial parallelism, each stage's or shard's "
+      "gradients summed over its data group (ZeRO-1 with data_parallel.zero_stage = 1)",
       "docs/HYBRID.md", replicas<Hybrid>, hybrid_thread_ranks, nullptr, nullptr,
       /*pin_ranks=*/true});
   registry.push_back(StrategyInfo{

@@ -59,6 +59,7 @@ struct TrainFlags {
   std::int64_t tp = 0;
   std::int64_t dp = 0;
   std::int64_t pp = 0;
+  std::int64_t sp = 0;
   std::string schedule;
   std::string topology;
   std::int64_t clients = 0;
@@ -321,6 +322,9 @@ Examples:
                                                      # tensor parallel: each GPT block split in 2
   dtrain train --config examples/fashion_mlp.toml --dp 2 --pp 2
                                                      # grid: 2 pipelines of 2 stages on 4 ranks
+  dtrain train --config examples/synthetic_spatial.toml --dp 2 --sp 2
+                                                     # grid: 2 replicas, each image's rows split
+                                                     # over 2 ranks
 
 Each strategy reads its own config section ([data_parallel], [parameter_server], [local_sgd]);
 `dtrain config` lists them. Data parallelism: train.batch_size is the global batch, split over the ranks; gradients are
@@ -384,25 +388,50 @@ int run_train(const TrainFlags& flags) {
   if (flags.epochs > 0) overrides.push_back(fmt::format("train.epochs={}", flags.epochs));
   if (flags.threads > 0) overrides.push_back(fmt::format("train.threads={}", flags.threads));
   if (flags.workers > 0) overrides.push_back(fmt::format("parallel.workers={}", flags.workers));
-  if (flags.dp > 0 || flags.pp > 0) {
-    // --dp D --pp P (--tp T): the process grid (strategies/hybrid/, docs/HYBRID.md); as threads
-    // the grid sets the ranks (--workers, when given, must agree), under mpirun -np does.
+  // The grid: --dp or --pp, or two model-parallel axes (--sp with --tp, refused there by name).
+  const bool grid = flags.dp > 0 || flags.pp > 0 || (flags.sp > 0 && flags.tp > 0);
+  if (grid && flags.strategy == "spatial" && flags.sp <= 0) {
+    throw ConfigError(fmt::format(
+        "--strategy spatial with --dp {} --tp {} --pp {}: on the grid the spatial groups' size "
+        "is --sp S; give --dp D --sp S for D replicas of S ranks each (docs/HYBRID.md)",
+        std::max<std::int64_t>(flags.dp, 1), std::max<std::int64_t>(flags.tp, 1),
+        std::max<std::int64_t>(flags.pp, 1)));
+  }
+  if (grid) {
+    // --dp D --pp P (--tp T, --sp S): the process grid (strategies/hybrid/, docs/HYBRID.md); as
+    // threads the grid sets the ranks (--workers, when given, must agree), under mpirun -np does.
     const std::int64_t dp = std::max<std::int64_t>(flags.dp, 1);
     const std::int64_t tp = std::max<std::int64_t>(flags.tp, 1);
     const std::int64_t pp = std::max<std::int64_t>(flags.pp, 1);
+    const std::int64_t sp = std::max<std::int64_t>(flags.sp, 1);
     overrides.push_back(std::string("parallel.strategy=\"hybrid\""));
     overrides.push_back(fmt::format("hybrid.dp={}", dp));
     overrides.push_back(fmt::format("hybrid.tp={}", tp));
     overrides.push_back(fmt::format("hybrid.pp={}", pp));
+    overrides.push_back(fmt::format("hybrid.sp={}", sp));
     if (flags.workers <= 0 && !comm::launched_by_mpirun()) {
-      overrides.push_back(fmt::format("parallel.workers={}", dp * tp * pp));
+      overrides.push_back(fmt::format("parallel.workers={}", dp * tp * pp * sp));
+    }
+  } else if (flags.sp > 0) {
+    // --sp S: spatial parallelism over S ranks (the whole run is one spatial group); under
+    // mpirun -np sets the ranks.
+    if (flags.workers > 0 && flags.workers != flags.sp) {
+      throw ConfigError(fmt::format(
+          "--sp {} with --workers {}: --sp S alone splits the rows over S ranks; drop --workers, "
+          "or give --dp D for D replicas of S ranks each (docs/HYBRID.md)",
+          flags.sp, flags.workers));
+    }
+    overrides.push_back(std::string("parallel.strategy=\"spatial\""));
+    if (flags.workers <= 0 && !comm::launched_by_mpirun()) {
+      overrides.push_back(fmt::format("parallel.workers={}", flags.sp));
     }
   } else if (flags.tp > 0) {
     // --tp P: tensor parallelism over P ranks (the whole run is one tensor-parallel group).
     overrides.push_back(std::string("parallel.strategy=\"tensor_parallel\""));
     overrides.push_back(fmt::format("parallel.workers={}", flags.tp));
   }
-  if (!flags.strategy.empty()) {
+  // On the grid, --strategy spatial names its spatial axis (--sp), not a run of its own.
+  if (!flags.strategy.empty() && !(grid && flags.strategy == "spatial")) {
     overrides.push_back(fmt::format("parallel.strategy=\"{}\"", flags.strategy));
   }
   if (!flags.allreduce.empty()) {
@@ -632,7 +661,7 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--aggregator", flags->aggregator,
                   "data_parallel: combine the ranks' gradients robustly "
                   "(data_parallel.aggregator): mean (default, the plain allreduce), median, "
-                  "trimmed:BETA, krum, multikrum[:M], cclip[:TAU[:L]], bucket:S,AGG "
+                  "trimmed:BETA, krum, multikrum[:M], cclip[:TAU|auto[:L]], bucket:S,AGG "
                   "(docs/ROBUST.md)")
       ->type_name("SPEC");
   sub->add_option("--attack", flags->attack,
@@ -684,12 +713,18 @@ Command add_train_command(CLI::App& app) {
                   "tensor groups (hybrid.tp)")
       ->check(at_least(1));
   sub->add_option("--dp", flags->dp,
-                  "process grid: D data-parallel replicas around --pp or --tp (--strategy hybrid, "
-                  "hybrid.dp); dp x tp x pp must equal the ranks (docs/HYBRID.md)")
+                  "process grid: D data-parallel replicas around --pp, --tp or --sp (--strategy "
+                  "hybrid, hybrid.dp); dp x sp x tp x pp must equal the ranks (docs/HYBRID.md)")
       ->check(at_least(1));
   sub->add_option("--pp", flags->pp,
                   "process grid: P pipeline stages per replica (hybrid.pp; [pipeline] "
                   "micro_batches, schedule); with --dp D on D x P ranks (docs/HYBRID.md)")
+      ->check(at_least(1));
+  sub->add_option(
+         "--sp", flags->sp,
+         "spatial parallelism over S ranks: --strategy spatial --workers S (each image's "
+         "rows split; docs/SPATIAL.md); with --dp D the grid's spatial groups (hybrid.sp): "
+         "D replicas of S ranks each, on D x S ranks (docs/HYBRID.md)")
       ->check(at_least(1));
   sub->add_option("--topology", flags->topology,
                   "--strategy decentralized: ring, torus, exponential, one-peer-exponential or "

@@ -9,6 +9,7 @@
 #include "dtrain/nn/tensor_parallel_cost.h"
 #include "dtrain/train/strategies/pipeline/pipeline_strategy.h"
 #include "dtrain/train/strategies/single_worker.h"
+#include "dtrain/train/strategies/spatial/spatial_strategy.h"
 #include "dtrain/train/strategies/tensor_parallel/tensor_parallel_strategy.h"
 
 namespace dtrain::train {
@@ -21,6 +22,7 @@ parallel::GridShape grid_shape(const Config& config) {
   shape.dp = static_cast<int>(h.dp);
   shape.tp = static_cast<int>(h.tp);
   shape.pp = static_cast<int>(h.pp);
+  shape.sp = static_cast<int>(h.sp);
   shape.order = parallel::parse_grid_order(h.order, "hybrid.order");
   return shape;
 }
@@ -61,6 +63,13 @@ Hybrid::Hybrid(const StrategyContext& context) : Strategy(context) {
         "and this rule needs whole tensors; use sgd, adam or adamw",
         context.config.optim.name));
   }
+  if (shape.sp > 1 && (shape.tp > 1 || shape.pp > 1)) {
+    // Before the grid's splits, so every rank fails alike before any traffic.
+    throw ConfigError(fmt::format(
+        "hybrid.sp = {} with hybrid.tp = {} and hybrid.pp = {}: the spatial split runs on the "
+        "grid with data parallelism only (dp x sp); set tp = pp = 1 (--dp D --sp S)",
+        shape.sp, shape.tp, shape.pp));
+  }
   grid_ = std::make_unique<parallel::ProcessGrid>(world, shape);
   comm::Communicator& group = model_group();
   // The inner strategy sees its group as its world.
@@ -90,6 +99,14 @@ Hybrid::Hybrid(const StrategyContext& context) : Strategy(context) {
     pipeline->set_data_replica(grid_->coords().dp, shape.dp);
     pipeline_ = pipeline.get();
     inner_ = std::move(pipeline);
+  } else if (shape.sp > 1) {
+    // Spatial parallelism over the spatial group (ConfigError naming the numbers when the model
+    // does not split over S ranks); the data group sums its whole (replicated) gradients.
+    auto spatial = std::make_unique<Spatial>(inner);
+    spatial->set_data_replica(grid_->coords().dp, shape.dp);
+    spatial_ = spatial.get();
+    model = &spatial->split_model();
+    inner_ = std::move(spatial);
   } else if (shape.tp > 1) {
     auto tensor = std::make_unique<TensorParallel>(inner);
     // Replica d draws the dropout masks of data-parallel rank d of D, not replica 0's.
@@ -112,6 +129,7 @@ Hybrid::Hybrid(const StrategyContext& context) : Strategy(context) {
 Hybrid::~Hybrid() = default;
 
 comm::Communicator& Hybrid::model_group() {
+  if (grid_->shape().sp > 1) return grid_->spatial();
   return grid_->shape().pp > 1 ? grid_->pipeline() : grid_->tensor();
 }
 
@@ -157,6 +175,7 @@ double Hybrid::predicted_stage_tensor_bytes(std::int64_t samples) const {
 }
 
 double Hybrid::predicted_model_bytes(std::int64_t samples) const {
+  if (spatial_ != nullptr) return spatial_->predicted_step_bytes(samples).total();
   if (tensor_ != nullptr && pipeline_ == nullptr) return tensor_->predicted_step_bytes(samples);
   if (pipeline_ == nullptr) return 0.0;
   const Pipeline* pipeline = pipeline_;
@@ -304,6 +323,7 @@ nlohmann::json Hybrid::summary(const RunTotalsView& totals) {
                         {"dp", c.dp},
                         {"tp", c.tp},
                         {"pp", c.pp},
+                        {"sp", c.sp},
                         {"model_group_bytes_sent_per_step", row[0]},
                         {"model_group_bytes_predicted_per_step", row[1]},
                         {"data_group_bytes_sent_per_step", row[2]},
@@ -323,9 +343,11 @@ nlohmann::json Hybrid::summary(const RunTotalsView& totals) {
            {{"dp", shape.dp},
             {"tp", shape.tp},
             {"pp", shape.pp},
+            {"sp", shape.sp},
             {"order", parallel::grid_order_name(shape.order)},
             {"tensor_groups", grid_groups(shape, parallel::GridAxis::kTensor)},
             {"pipeline_groups", grid_groups(shape, parallel::GridAxis::kPipeline)},
+            {"spatial_groups", grid_groups(shape, parallel::GridAxis::kSpatial)},
             {"data_groups", grid_groups(shape, parallel::GridAxis::kData)}}},
           {"zero_stage", axis_->zero1() ? 1 : 0},
           {"data_group_formula",
@@ -339,7 +361,13 @@ nlohmann::json Hybrid::summary(const RunTotalsView& totals) {
            : shape.pp > 1 ? "m x 4 (boundary activations forward + their gradients backward) + 16 "
                             "(loss, last stage) + 4 x tied weights"
            : shape.tp > 1 ? "the tensor split's allreduces (docs/TENSOR_PARALLEL.md)"
-                          : "0"},
+           : shape.sp > 1
+               ? "the spatial split's (docs/SPATIAL.md) on the replica's share of B_d samples: "
+                 "halo 4 B_d C W ([r>0] bottom + [r<S-1] top) per split convolution forward, "
+                 "swapped backward + gather (S-1) x 4 B_d C' h' W' + allreduce ring(2F+1, 2F "
+                 "doubles per batch norm) + ring(B_d C floats per global pool) + ring(split "
+                 "parameters)"
+               : "0"},
           {"per_grid_rank", per_rank},
           // tp x pp: the tensor split that the pipeline (inner) cuts into stages.
           {"tensor_split", stage_split_ ? nlohmann::json(stage_split_->describe()) : nullptr},

@@ -1,10 +1,12 @@
-// Hybrid: data parallelism around pipeline or tensor parallelism on a process grid of
-// dp x tp x pp ranks (parallel/process_grid.h; docs/HYBRID.md), as Megatron-LM and DeepSpeed
-// combine them.
+// Hybrid: data parallelism around pipeline, tensor or spatial parallelism on a process grid of
+// dp x sp x tp x pp ranks (parallel/process_grid.h; docs/HYBRID.md), as Megatron-LM and DeepSpeed
+// combine the first two.
 //
 // What it computes. The grid is split from the run's communicator once. Each rank runs the inner
 // strategy on its model-parallel group: Pipeline on its pipeline group (pp > 1), TensorParallel on
-// its tensor group (tp > 1), or one worker's step (dp only). The D = dp replicas (the model-
+// its tensor group (tp > 1), Spatial on its spatial group (sp > 1: each image's rows split over
+// the group, docs/SPATIAL.md; tp = pp = 1, anything else is refused), or one worker's step (dp
+// only). The D = dp replicas (the model-
 // parallel groups) each take their share [B d / D, B (d + 1) / D) of the global batch of B; the
 // inner strategy weighs each micro-batch's loss gradient by |micro-batch| / B, so after the flush
 // (or the backward) the sum over the data group of a stage's (a shard's) gradients is the global
@@ -28,7 +30,9 @@
 // Batch norm: each replica updates its own running statistics during the steps; before every
 // evaluation and checkpoint the data group replaces them by their mean over the replicas (one
 // allreduce of the buffers). The update r <- (1 - mu) r + mu s is linear in r, so the mean taken
-// then equals, to rounding, the mean taken after every step, at no per-step cost.
+// then equals, to rounding, the mean taken after every step, at no per-step cost. Under dp x sp
+// the spatial group's split batch norms normalize with the statistics of the replica's whole
+// images (its share, all rows): those of data parallelism over D ranks, not of the global batch.
 //
 // Evaluation and checkpoints: the inner strategy's, within each replica (the whole model gathered
 // to every rank of the model-parallel group; every replica holds the same), so the Trainer's
@@ -38,7 +42,8 @@
 //
 // Bytes each rank sends per step: the inner strategy's (pipeline: m x 4 (boundary activations
 // forward + their gradients backward) + 16 for the loss on the last stage + tied weights; tensor:
-// its allreduces, docs/TENSOR_PARALLEL.md; tp x pp: both, the tensor part counting only the split
+// its allreduces, docs/TENSOR_PARALLEL.md; spatial: halo, gather and allreduces of the replica's
+// share, docs/SPATIAL.md; tp x pp: both, the tensor part counting only the split
 // layers of this rank's stage) + the data group's 2 (D-1)/D x 4 N_stage (ring), where
 // N_stage is the floats this rank's optimizer segments cover; printed beside the measurement in
 // summary.json.
@@ -56,6 +61,7 @@
 namespace dtrain::train {
 
 class Pipeline;
+class Spatial;
 class TensorParallel;
 
 class Hybrid final : public Strategy {
@@ -102,6 +108,7 @@ class Hybrid final : public Strategy {
   std::unique_ptr<Strategy> inner_;
   TensorParallel* tensor_ = nullptr;  // inner_ when tp > 1 (pp = 1), stage_split_ with pp > 1
   Pipeline* pipeline_ = nullptr;      // inner_ when pp > 1
+  Spatial* spatial_ = nullptr;        // inner_ when sp > 1 (tp = pp = 1)
   std::unique_ptr<DataAxis> axis_;
   nn::Model* trained_ = nullptr;  // the model this rank's optimizer updates (split or not)
   std::unique_ptr<DataAxisOptimizer> view_;

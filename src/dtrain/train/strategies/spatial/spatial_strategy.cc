@@ -52,6 +52,13 @@ Spatial::Spatial(const StrategyContext& context)
 
 Spatial::~Spatial() = default;
 
+void Spatial::set_data_replica(int replica, int replicas) {
+  local_ = std::make_unique<LocalGradients>(context_.config, *split_.model, replica, replicas,
+                                            context_.trace);
+  local_->set_straggler_rank(context_.rank);
+  replicas_ = replicas;
+}
+
 std::vector<optim::Segment> Spatial::optimizer_segments() const {
   std::vector<optim::Segment> segments;
   for (const auto& entry : split_.model->store().param_entries()) {
@@ -181,7 +188,8 @@ void Spatial::restore_state(std::vector<optim::StateTensor> state, std::int64_t 
 }
 
 std::vector<std::string> Spatial::describe() const {
-  const std::int64_t batch = context_.config.train.batch_size;
+  // On the grid each step takes this replica's share of the global batch.
+  const std::int64_t batch = context_.config.train.batch_size / replicas_;
   const SpatialStepBytes bytes = predicted_step_bytes(batch);
   const auto& layers = split_.model->layers();
   return {fmt::format(

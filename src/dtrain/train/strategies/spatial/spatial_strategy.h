@@ -33,6 +33,10 @@
 //                                                     = 2 (P - 1)/P n e when P divides n
 // Compute per rank: the split layers' FLOPs / P (plus the halo rows' copies); the head replicated.
 //
+// On the process grid (hybrid.sp, --dp D --sp S; strategies/hybrid/) this strategy runs on its
+// spatial group of S ranks, and its step takes that replica's share of the global batch; the
+// optimizer it calls is the data axis's, which sums the gradients over the data group first.
+//
 // Evaluation and checkpoints use the Trainer's unsplit model: before either, the split model's
 // parameters and batch-norm statistics are copied into it (the same layout, no communication).
 #pragma once
@@ -79,6 +83,10 @@ class Spatial final : public Strategy {
   nlohmann::json summary(const RunTotalsView& totals) override;
 
   nn::Model& split_model() { return *split_.model; }
+  // On the hybrid grid (dp x sp): this spatial group is data replica `replica` of `replicas`, and
+  // draws the dropout masks of data-parallel rank `replica` of `replicas` (its share's samples),
+  // not replica 0's.
+  void set_data_replica(int replica, int replicas);
   // The formula's bytes this rank sends in a step of `samples` samples.
   SpatialStepBytes predicted_step_bytes(std::int64_t samples) const;
 
@@ -91,6 +99,7 @@ class Spatial final : public Strategy {
   nn::SpatialSplit split_;
   std::unique_ptr<LocalGradients> local_;
   tensor::Tensor band_;
+  int replicas_ = 1;                 // data replicas around this group (set_data_replica)
   bool whole_model_current_ = true;  // false from a step until before_evaluation()
   std::int64_t steps_ = 0, measured_steps_ = 0;
   double step_seconds_ = 0.0, comm_seconds_ = 0.0;

@@ -15,9 +15,10 @@ namespace dtrain::aggregate {
 namespace {
 
 TEST(AggregatorSpecTest, AcceptedSpecsPrintThemselvesBack) {
-  for (const std::string spec : {"mean", "median", "trimmed:0.2", "trimmed:0", "krum", "multikrum",
-                                 "multikrum:3", "cclip:10", "cclip:0.5:3", "bucket:2,median",
-                                 "bucket:2,bucket:3,krum", "bucket:1,cclip:1"}) {
+  for (const std::string spec :
+       {"mean", "median", "trimmed:0.2", "trimmed:0", "krum", "multikrum", "multikrum:3",
+        "cclip:10", "cclip:0.5:3", "bucket:2,median", "bucket:2,bucket:3,krum", "bucket:1,cclip:1",
+        "cclip:auto", "cclip:auto:3", "bucket:2,cclip:auto"}) {
     EXPECT_EQ(parse_aggregator(spec, 2)->name(), spec);
   }
   EXPECT_EQ(parse_aggregator("cclip", 0)->name(), "cclip:10");  // the default tau, 1 iteration
@@ -38,6 +39,8 @@ TEST(AggregatorSpecTest, BadSpecsAreOneLineErrorsWithTheAcceptedValues) {
       {"multikrum:1.5", "m '1.5' is not an integer"},
       {"cclip:0", "tau 0 must be > 0"},
       {"cclip:1:0", "iterations 0 must be >= 1"},
+      {"cclip:automatic", "tau 'automatic' is not a number"},
+      {"cclip:auto:0", "iterations 0 must be >= 1"},
       {"bucket:2", "bucket needs a size and an aggregator"},
       {"bucket:0,median", "bucket size 0 must be >= 1"},
       {"bucket:2,foo", "unknown aggregator 'foo'"},

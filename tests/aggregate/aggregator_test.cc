@@ -1,7 +1,8 @@
 // Each aggregator against its definition on hand-made inputs: the median of an even count, the
 // trimmed mean at the edges of beta, Krum's selection with one outlier and its scores, Multi-Krum's
-// average, centered clipping (tau large = the mean; tau small moves at most tau per iteration),
-// bucketing (s = 1 is the inner aggregator; buckets are means of the shuffled inputs).
+// average, centered clipping (tau large = the mean; tau small moves at most tau per iteration;
+// the automatic tau: the lower median distance, bounded outliers, scale-free), bucketing (s = 1 is
+// the inner aggregator; buckets are means of the shuffled inputs).
 #include "dtrain/aggregate/aggregator.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -203,12 +205,73 @@ TEST(CenteredClipTest, StartsFromTheGivenCentreAndBoundsTheOutliersPull) {
 }
 
 TEST(CenteredClipTest, NonFiniteInputsDoNotPull) {
-  CenteredClip clip(1.0);
-  clip.set_center(std::vector<float>{0.5f});
-  const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> out =
-      run(clip, {{0.5f}, {std::numeric_limits<float>::quiet_NaN()}, {inf}});
-  EXPECT_EQ(out, std::vector<float>{0.5f});
+  // With the automatic tau, two of three distances are infinite: tau is infinite too, and the
+  // finite input is not clipped.
+  for (const std::optional<double> tau : {std::optional<double>(1.0), std::optional<double>()}) {
+    CenteredClip clip(tau);
+    clip.set_center(std::vector<float>{0.5f});
+    const float inf = std::numeric_limits<float>::infinity();
+    const std::vector<float> out =
+        run(clip, {{0.25f}, {std::numeric_limits<float>::quiet_NaN()}, {inf}});
+    EXPECT_EQ(out, std::vector<float>{0.5f - 0.25f / 3}) << clip.name();
+  }
+}
+
+TEST(CenteredClipTest, AutoTauIsTheLowerMedianDistanceAndClipsOnlyWhatIsFarther) {
+  // From the centre 0: four inputs at distance 5 and one at 10. tau = the 3rd smallest of
+  // (5, 5, 5, 5, 10) = 5, so the far input pulls with half its length.
+  CenteredClip clip(std::nullopt);
+  const std::vector<float> out = run(clip, {{3, 4}, {4, 3}, {0, 10}, {5, 0}, {0, 5}});
+  EXPECT_DOUBLE_EQ(clip.last_tau(), 5.0);
+  EXPECT_NEAR(out[0], (3 + 4 + 0 + 5 + 0) / 5.0, 1e-6);
+  EXPECT_NEAR(out[1], (4 + 3 + 5 + 0 + 5) / 5.0, 1e-6);
+  EXPECT_EQ(clip.name(), "cclip:auto");
+  // Equidistant inputs are not clipped at all: the mean.
+  CenteredClip equal(std::nullopt);
+  const std::vector<float> mean = run(equal, {{3, 4}, {4, 3}, {5, 0}, {0, 5}});
+  EXPECT_NEAR(mean[0], 3.0, 1e-6);
+  EXPECT_NEAR(mean[1], 3.0, 1e-6);
+}
+
+TEST(CenteredClipTest, AutoTauBoundsFarOutliersWhateverTheirDistance) {
+  // Four honest inputs at distance 1 around the centre (1, 1), whose pulls cancel, and two
+  // Byzantine ones D away along x. tau = the 3rd smallest distance = 1 for every D, so each
+  // outlier pulls by tau / n = 1/6: the output is (1 + 2/6, 1) for D = 10 and for D = 1e6 (the
+  // mean moves by 2 D / 6).
+  for (const float far : {10.0f, 1e6f}) {
+    CenteredClip clip(std::nullopt);
+    clip.set_center(std::vector<float>{1, 1});
+    const std::vector<float> out =
+        run(clip, {{2, 1}, {1, 2}, {0, 1}, {1, 0}, {1 + far, 1}, {1 + far, 1}});
+    EXPECT_DOUBLE_EQ(clip.last_tau(), 1.0) << far;
+    EXPECT_NEAR(out[0], 1 + 2.0 / 6, 1e-6) << far;
+    EXPECT_NEAR(out[1], 1.0, 1e-6) << far;
+  }
+}
+
+TEST(CenteredClipTest, AutoTauIsScaleFree) {
+  // c x_i from the centre c v gives c out; a fixed tau does not (it clips in absolute units).
+  const Rows rows = random_rows(8, 40, 4);
+  const std::vector<float> center(40, 0.5f);
+  const float c = 1024.0f;  // a power of two: scaling the inputs is exact
+  Rows scaled = rows;
+  for (auto& row : scaled) {
+    for (float& x : row) x *= c;
+  }
+  std::vector<float> scaled_center = center;
+  for (float& x : scaled_center) x *= c;
+  for (const int iterations : {1, 3}) {
+    CenteredClip clip(std::nullopt, iterations);
+    CenteredClip big(std::nullopt, iterations);
+    clip.set_center(center);
+    big.set_center(scaled_center);
+    const std::vector<float> out = run(clip, rows);
+    const std::vector<float> scaled_out = run(big, scaled);
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      EXPECT_NEAR(scaled_out[k], c * out[k], 1e-5 * c) << k;
+    }
+    EXPECT_NEAR(big.last_tau(), c * clip.last_tau(), 1e-9 * c * clip.last_tau());
+  }
 }
 
 // An inner aggregator that records the bucket means it is given and returns the first.

@@ -18,10 +18,10 @@ using Rows = std::vector<std::vector<float>>;
 
 constexpr int kByzantine = 1;
 const std::vector<std::string> kSpecs = {
-    "mean",          "median",          "trimmed:0.2",   "trimmed:0",
-    "krum",          "multikrum",       "multikrum:2",   "cclip",
-    "cclip:0.5:3",   "bucket:2,median", "bucket:2,krum", "bucket:1,trimmed:0.3",
-    "bucket:3,cclip"};
+    "mean",           "median",          "trimmed:0.2",   "trimmed:0",
+    "krum",           "multikrum",       "multikrum:2",   "cclip",
+    "cclip:0.5:3",    "bucket:2,median", "bucket:2,krum", "bucket:1,trimmed:0.3",
+    "bucket:3,cclip", "cclip:auto",      "cclip:auto:2"};
 
 std::vector<float> run(Aggregator& aggregator, const Rows& rows) {
   std::vector<const float*> inputs;

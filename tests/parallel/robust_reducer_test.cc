@@ -195,7 +195,7 @@ TEST_P(RobustReducerSweep, EqualsTheAggregatorAppliedByHand) {
 INSTANTIATE_TEST_SUITE_P(Aggregators, RobustReducerSweep,
                          ::testing::Combine(::testing::Values("median", "trimmed:0.2", "krum",
                                                               "multikrum", "cclip:0.5",
-                                                              "bucket:2,median"),
+                                                              "cclip:auto", "bucket:2,median"),
                                             ::testing::Values("none"), ::testing::Values(0, 1),
                                             ::testing::Bool()));
 

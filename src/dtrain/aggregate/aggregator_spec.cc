@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <optional>
 
 #include "dtrain/aggregate/bucketing.h"
 #include "dtrain/aggregate/centered_clip.h"
@@ -73,12 +74,17 @@ std::unique_ptr<Aggregator> parse(std::string_view whole, std::string_view spec,
     return std::make_unique<Krum>(byzantine, has_value ? parse_count(whole, value, "m") : 0, true);
   }
   if (name == "cclip") {
-    double tau = kDefaultTau;
+    std::optional<double> tau = kDefaultTau;
     int iterations = 1;
     if (has_value) {
       const auto second = value.find(':');
-      tau = parse_number(whole, value.substr(0, second), "tau");
-      if (!(tau > 0.0)) reject(whole, fmt::format("tau {} must be > 0", tau));
+      const std::string_view radius = value.substr(0, second);
+      if (radius == "auto") {
+        tau = std::nullopt;  // each iteration's lower median of the distances (centered_clip.h)
+      } else {
+        tau = parse_number(whole, radius, "tau");
+        if (!(*tau > 0.0)) reject(whole, fmt::format("tau {} must be > 0", *tau));
+      }
       if (second != std::string_view::npos) {
         iterations = parse_count(whole, value.substr(second + 1), "iterations");
       }
@@ -92,7 +98,8 @@ std::unique_ptr<Aggregator> parse(std::string_view whole, std::string_view spec,
 
 std::string accepted_aggregators() {
   return "mean, median, trimmed:<beta in [0, 0.5)>, krum, multikrum[:<m >= 1>], "
-         "cclip[:<tau > 0>[:<iterations >= 1>]], each also as bucket:<s >= 1>,<aggregator>";
+         "cclip[:<tau > 0 or auto>[:<iterations >= 1>]], each also as "
+         "bucket:<s >= 1>,<aggregator>";
 }
 
 std::unique_ptr<Aggregator> parse_aggregator(std::string_view spec, int byzantine,

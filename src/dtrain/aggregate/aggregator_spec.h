@@ -5,8 +5,9 @@
 //   trimmed:<beta>         coordinate-wise trimmed mean, beta in [0, 0.5)
 //   krum                   Krum, with f = the Byzantine count given separately
 //   multikrum[:<m>]        Multi-Krum: the mean of the m best-scored inputs (default m = n - f)
-//   cclip[:<tau>[:<L>]]    centered clipping, radius tau > 0 (default 10), L >= 1 iterations per
-//                          call (default 1, as in the authors' code)
+//   cclip[:<tau>[:<L>]]    centered clipping, radius tau > 0 (default 10) or auto (each
+//                          iteration's lower median of the inputs' distances to the centre),
+//                          L >= 1 iterations per call (default 1, as in the authors' code)
 //   bucket:<s>,<spec>      bucketing with buckets of s >= 1 in front of any of the above
 #pragma once
 

@@ -4,19 +4,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "dtrain/base/error.h"
 
 namespace dtrain::aggregate {
 
-CenteredClip::CenteredClip(double tau, int iterations) : tau_(tau), iterations_(iterations) {
-  DTRAIN_CHECK(tau > 0 && std::isfinite(tau) && iterations >= 1,
-               "centered clipping's tau {} or iterations {}", tau, iterations);
+CenteredClip::CenteredClip(std::optional<double> tau, int iterations)
+    : tau_(tau), iterations_(iterations) {
+  DTRAIN_CHECK((!tau || (*tau > 0 && std::isfinite(*tau))) && iterations >= 1,
+               "centered clipping's tau {} or iterations {}", tau.value_or(-1.0), iterations);
 }
 
 std::string CenteredClip::name() const {
-  return iterations_ == 1 ? fmt::format("cclip:{}", tau_)
-                          : fmt::format("cclip:{}:{}", tau_, iterations_);
+  const std::string tau = tau_ ? fmt::format("{}", *tau_) : std::string("auto");
+  return iterations_ == 1 ? fmt::format("cclip:{}", tau)
+                          : fmt::format("cclip:{}:{}", tau, iterations_);
 }
 
 void CenteredClip::load_state(std::span<const double> values) {
@@ -37,6 +40,7 @@ void CenteredClip::run(Inputs inputs, std::int64_t d, float* out) {
   }
   const double n = static_cast<double>(inputs.size());
   scale_.resize(inputs.size());
+  distance_.resize(inputs.size());
   for (int iteration = 0; iteration < iterations_; ++iteration) {
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const float* x = inputs[i];
@@ -46,7 +50,20 @@ void CenteredClip::run(Inputs inputs, std::int64_t d, float* out) {
         norm2 += z * z;
       }
       const double norm = std::sqrt(norm2);
-      scale_[i] = !std::isfinite(norm) ? 0.0 : (norm <= tau_ ? 1.0 : tau_ / norm);
+      distance_[i] = std::isfinite(norm) ? norm : std::numeric_limits<double>::infinity();
+    }
+    double tau = tau_.value_or(0.0);
+    if (!tau_) {
+      // The lower median of the distances, on a copy (scale_ is free until it is filled below).
+      scale_ = distance_;
+      const auto middle = scale_.begin() + static_cast<std::ptrdiff_t>((scale_.size() - 1) / 2);
+      std::nth_element(scale_.begin(), middle, scale_.end());
+      tau = *middle;
+    }
+    last_tau_ = tau;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const double norm = distance_[i];
+      scale_[i] = !std::isfinite(norm) ? 0.0 : (norm <= tau ? 1.0 : tau / norm);
     }
     pull_.assign(length, 0.0);
     for (std::size_t i = 0; i < inputs.size(); ++i) {

@@ -434,7 +434,7 @@ std::vector<Field> fields(Config& c) {
        0, 1, false, true},
       {"data_parallel", "aggregator", &dp.aggregator,
        "Byzantine-robust aggregation of the ranks' gradients (docs/ROBUST.md): mean (the plain "
-       "allreduce), median, trimmed:<beta>, krum, multikrum[:<m>], cclip[:<tau>[:<L>]], "
+       "allreduce), median, trimmed:<beta>, krum, multikrum[:<m>], cclip[:<tau>|auto[:<L>]], "
        "bucket:<s>,<aggregator>; other than mean, each bucket is allgathered and aggregated"},
       {"data_parallel", "byzantine", &dp.byzantine,
        "f: the number of Byzantine ranks (the last f ranks), for the attack and for Krum's f", 0,

@@ -68,6 +68,16 @@ TEST(CausalAttentionCoreTest, FastPathEqualsTheNaiveTwin) {
   expect_core_matches_naive({2, 9, 3, 6}, 1, 1);
 }
 
+// Head widths 16, 32, 48 and 64 take the AVX-512 kernel for dV and dK (8 rows at a time, the
+// rest one by one: tiles of 13, 7 and 5 leave 5, 7 and 5 rows), 24 its gemm_serial fallback.
+TEST(CausalAttentionCoreTest, KeyTileGradientKernelEqualsTheNaiveTwin) {
+  expect_core_matches_naive({2, 48, 2, 64}, 32, 1);
+  expect_core_matches_naive({1, 37, 1, 16}, 13, 1);
+  expect_core_matches_naive({1, 20, 2, 96}, 7, 2);
+  expect_core_matches_naive({1, 23, 2, 128}, 5, 1);
+  expect_core_matches_naive({1, 17, 1, 24}, 8, 1);
+}
+
 TEST(CausalAttentionCoreTest, TileSizeDoesNotChangeTheResult) {
   const AttentionDims dims{2, 24, 2, 8};
   const tensor::Tensor qkv = random_tensor({48, 24}, 3, 2.0f);

@@ -69,5 +69,31 @@ TEST(FastMathTest, LaneReductionsMatchPlainLoops) {
   }
 }
 
+#if defined(__AVX512F__)
+// fast_exp16 is fast_exp on 16 lanes bit for bit (edges and the flush to 0 included), and the
+// 16-lane reductions give the sum and the maximum.
+TEST(FastMathTest, SixteenLaneExpAndReductionsMatchTheScalarForms) {
+  std::vector<float> xs{0.0f,   1.0f,   -1.0f,    88.0f,     1000.0f, -87.0f,
+                        -87.2f, -87.4f, -1000.0f, -INFINITY, 1e-30f,  -3.5f};
+  for (double v = -90.0; v <= 90.0; v += 0.0137) xs.push_back(static_cast<float>(v));
+  while (xs.size() % 16 != 0) xs.push_back(0.5f);
+  for (std::size_t i = 0; i < xs.size(); i += 16) {
+    alignas(64) float out[16];
+    _mm512_store_ps(out, fast_exp16(_mm512_loadu_ps(xs.data() + i)));
+    for (std::size_t j = 0; j < 16; ++j) ASSERT_EQ(out[j], fast_exp(xs[i + j])) << xs[i + j];
+  }
+  alignas(64) float v[16];
+  double sum = 0.0;
+  for (int j = 0; j < 16; ++j) {
+    v[j] = std::sin(1.3f * static_cast<float>(j)) * 5.0f;
+    sum += v[j];
+  }
+  v[11] = 7.5f;
+  sum += 7.5 - std::sin(1.3f * 11.0f) * 5.0f;
+  EXPECT_NEAR(reduce_add16(_mm512_load_ps(v)), sum, 1e-5);
+  EXPECT_EQ(reduce_max16(_mm512_load_ps(v)), 7.5f);
+}
+#endif
+
 }  // namespace
 }  // namespace dtrain::nn

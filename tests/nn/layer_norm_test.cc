@@ -101,6 +101,50 @@ TEST(LayerNormTest, TwoThreadsGiveTheSameResults) {
   EXPECT_EQ(run(), one);
 }
 
+// backward_plus(dy, r) is backward(dy) + r (the transformer block's fused residual sum; up to
+// rounding: the compiler may fuse the sum into a multiply-add), with the same parameter gradients;
+// those match sums in double over 150 rows (chunks of 64, the last one partial).
+TEST(LayerNormTest, BackwardPlusAddsTheResidualInTheSamePass) {
+  const std::int64_t d = 48;
+  LayerNorm ln("ln", d);
+  ParamStore store;
+  bind_single_layer(ln, store);
+  set_affine(store, d);
+  const tensor::Tensor x = random_tensor({150, d}, 7, 2.0f);
+  const tensor::Tensor dy = random_tensor({150, d}, 8);
+  const tensor::Tensor residual = random_tensor({150, d}, 9);
+  ln.forward(x, {});
+  store.zero_grads();
+  const std::vector<float> dx = ln.backward(dy, true).to_vector();
+  const std::vector<float> grads(store.grads(), store.grads() + store.num_params());
+  store.zero_grads();
+  const std::vector<float> dx_plus = ln.backward_plus(dy, residual).to_vector();
+  const std::vector<float> r = residual.to_vector();
+  for (std::size_t i = 0; i < dx.size(); ++i) {
+    ASSERT_NEAR(dx_plus[i], r[i] + dx[i], 1e-6 * (1.0 + std::fabs(r[i]))) << i;
+  }
+  EXPECT_EQ(std::vector<float>(store.grads(), store.grads() + store.num_params()), grads);
+  for (std::int64_t c = 0; c < d; ++c) {
+    double dw = 0.0, db = 0.0;
+    for (std::int64_t row = 0; row < 150; ++row) {
+      double mean = 0.0, var = 0.0;
+      for (std::int64_t j = 0; j < d; ++j) mean += x.at({row, j});
+      mean /= static_cast<double>(d);
+      for (std::int64_t j = 0; j < d; ++j) var += std::pow(x.at({row, j}) - mean, 2);
+      var /= static_cast<double>(d);
+      dw += dy.at({row, c}) * (x.at({row, c}) - mean) / std::sqrt(var + 1e-5);
+      db += dy.at({row, c});
+    }
+    EXPECT_NEAR(grads[static_cast<std::size_t>(c)], dw, 1e-4) << c;
+    EXPECT_NEAR(grads[static_cast<std::size_t>(d + c)], db, 1e-4) << c;
+  }
+  EXPECT_THAT(
+      [&] {
+        ln.backward_plus(dy, random_tensor({150, d + 1}, 1));
+      },
+      ::testing::ThrowsMessage<InternalError>(HasSubstr("residual gradient shape")));
+}
+
 TEST(LayerNormTest, WrongLastDimensionNamesTheLayerAndBothShapes) {
   LayerNorm ln("block1.ln1", 128);
   try {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <vector>
 
 #include "dtrain/base/error.h"
@@ -148,6 +149,33 @@ TEST(LinearTest, TransposedForwardIsBitwiseTheDirectProduct) {
     tensor::gemm(tensor::Trans::kNo, tensor::Trans::kYes, batch, out, in, 1.0f, x.data(), in,
                  fc.weight().data(), in, 1.0f, direct.data(), out);
     EXPECT_EQ(y, direct);
+  }
+}
+
+// forward_onto(x, r) = r + forward(x), on the direct path (B >= out) and the transposed one, and
+// a residual of another shape is refused.
+TEST(LinearTest, ForwardOntoAddsTheResidual) {
+  for (const auto& [batch, in, out] :
+       {std::array<std::int64_t, 3>{70, 24, 16}, {5, 12, 33}, {130, 40, 128}}) {
+    SCOPED_TRACE(::testing::Message() << "B=" << batch << " in=" << in << " out=" << out);
+    Linear fc("fc", in, out);
+    ParamStore store;
+    bind_single_layer(fc, store, 3);
+    for (std::int64_t o = 0; o < out; ++o) store.params()[out * in + o] = 0.1f * (o - 5);
+    const tensor::Tensor x = random_tensor({batch, in}, 8);
+    const tensor::Tensor residual = random_tensor({batch, out}, 9, 3.0f);
+    const std::vector<float> plain = fc.forward(x, train_ctx()).to_vector();
+    const std::vector<float> onto = fc.forward_onto(x, residual, train_ctx()).to_vector();
+    const std::vector<float> r = residual.to_vector();
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+      ASSERT_NEAR(onto[i], r[i] + plain[i], 1e-6 * (1.0 + std::fabs(r[i]) + std::fabs(plain[i])))
+          << i;
+    }
+    EXPECT_THAT(
+        [&] {
+          fc.forward_onto(x, random_tensor({batch, out + 1}, 1), train_ctx());
+        },
+        ::testing::ThrowsMessage<InternalError>(HasSubstr("residual shape")));
   }
 }
 

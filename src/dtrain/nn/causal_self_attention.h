@@ -11,11 +11,15 @@
 // Backward of the core, per (b, h), with the scale folded into dS:
 //   dP = dY V^T,  dV = P^T dY,  dS = P (dP - rowsum(dP P)) / sqrt(dh),  dQ = dS K,  dK = dS^T Q
 //
-// Fast path: every product is one single-threaded GEMM (tensor::gemm_serial) that reads Q, K, V in
-// place in qkv (row stride 3d) and writes Y in place in (B, T, d) (row stride d): no copies, no
-// per-head transposes. The (b, h) pairs are split over the compute pool, one contiguous range per
-// thread, each thread with its own (T, T) scratch for dP/dS. Only P is kept for backward,
-// B H T^2 floats (8 MB per layer for the reference model).
+// Fast path: the products read Q, K, V in place in qkv (row stride 3d) and write Y in place in
+// (B, T, d) (row stride d). S = Q K^T and dP = dY V^T take K or V transposed into a per-thread
+// (dh, T) buffer, so that they, Y = P V and dQ = dS K are untransposed single-threaded GEMMs
+// (tensor::gemm_serial: OpenBLAS's small-matrix kernel); dV = P^T dY and dK = dS^T Q run in an
+// AVX-512 kernel (outer_product_sum, .cc) for dh in {16, 32, 48, 64}, gemm_serial otherwise. The
+// softmax and dS rows are AVX-512 passes with masked tails where available. The (b, h) pairs are
+// split over the compute pool, one contiguous range per thread, each thread with its own (T, T)
+// scratch for dP/dS. Only P is kept for backward, B H T^2 floats (8 MB per layer for the
+// reference model).
 // The masked upper triangle is skipped in row tiles of `tile` queries: queries [r, r + tile) see
 // keys [0, r + tile), so each product covers (nb + 1) / (2 nb) of the full square, nb = T / tile
 // (62.5% at T = 128, tile 32); the entries above the diagonal inside a tile are computed and then
@@ -79,6 +83,9 @@ class CausalSelfAttention : public Layer {
   void init(Rng& rng) override;
 
   const tensor::Tensor& forward(const tensor::Tensor& x, const ForwardContext& ctx) override;
+  // residual + forward(x), the sum folded into proj's product (Linear::forward_onto).
+  const tensor::Tensor& forward_onto(const tensor::Tensor& x, const tensor::Tensor& residual,
+                                     const ForwardContext& ctx);
   const tensor::Tensor& backward(const tensor::Tensor& dy, bool need_input_grad) override;
 
   // qkv, proj.
@@ -102,6 +109,9 @@ class CausalSelfAttention : public Layer {
   tensor::Tensor heads_out_;  // Y of every head, (B, T, d): proj's input
   tensor::Tensor dqkv_;       // (B, T, 3d)
   tensor::Tensor scratch_;    // (tasks, T, T): dP, then dS
+
+  // Everything up to proj: qkv, the core; returns the heads' Y, (B, T, d).
+  const tensor::Tensor& core_forward(const tensor::Tensor& x, const ForwardContext& ctx);
 };
 
 }  // namespace dtrain::nn

@@ -19,12 +19,20 @@
 // registers. The order is fixed by n alone, so results never depend on threads.
 // fast_erf: the rational minimax approximation x P(x^2) / Q(x^2) on [-4, 4] that Eigen and XLA use
 // for f32 erf (degree 13 over degree 8).
+// fast_exp16 (AVX-512 only): fast_exp on 16 lanes, the same operations in the same order, so each
+// lane equals fast_exp of it bit for bit (tests/nn/fast_math_test.cc); for kernels written with
+// intrinsics (the causal softmax), whose masked tails need no scalar loop. reduce_add16 and
+// reduce_max16 fold a vector's 16 lanes in a fixed order.
 #pragma once
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace dtrain::nn {
 
@@ -43,6 +51,58 @@ inline float fast_exp(float x) {
   const float two_n = std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
   return x < -87.3f ? 0.0f : p * two_n;
 }
+
+#if defined(__AVX512F__)
+// GCC 12 warns (maybe-uninitialized, an error here) on the plain forms of several AVX-512
+// intrinsics, which start from _mm512_undefined_ps(); the zero-masked forms with every lane set
+// are the same instructions without that.
+inline constexpr __mmask16 kAllLanes16 = 0xFFFF;
+
+inline __m512 fast_exp16(__m512 x) {
+  const __m512 clamped =
+      _mm512_maskz_min_ps(kAllLanes16, _mm512_maskz_max_ps(kAllLanes16, x, _mm512_set1_ps(-87.0f)),
+                          _mm512_set1_ps(88.0f));
+  const __m512 n = _mm512_maskz_roundscale_ps(
+      kAllLanes16, _mm512_mul_ps(clamped, _mm512_set1_ps(1.44269504088896341f)),
+      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r =
+      _mm512_fmadd_ps(n, _mm512_set1_ps(-1.428606765330187045e-6f),
+                      _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145751953125f), clamped));
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  const __m512i bits = _mm512_maskz_slli_epi32(
+      kAllLanes16,
+      _mm512_add_epi32(_mm512_maskz_cvtps_epi32(kAllLanes16, n), _mm512_set1_epi32(127)), 23);
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_NLT_UQ);
+  return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(bits));
+}
+
+// The sum and the maximum of the 16 lanes, folded in halves (a fixed order).
+inline float reduce_add16(__m512 v) {
+  const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 0));
+  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1));
+  __m256 s8 = _mm256_add_ps(lo, hi);
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  return _mm_cvtss_f32(s4);
+}
+
+inline float reduce_max16(__m512 v) {
+  const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 0));
+  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1));
+  __m256 m8 = _mm256_max_ps(lo, hi);
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  return _mm_cvtss_f32(m4);
+}
+#endif
 
 inline float fast_erf(float x) {
   const float c = std::clamp(x, -4.0f, 4.0f);

@@ -11,10 +11,12 @@
 // Unlike batch norm there is no running state: train and eval compute the same thing.
 //
 // Forward keeps each row's mean and rstd (2 N floats) and a view of x; backward recomputes xhat
-// from them rather than storing N*d values. Cost: about 8 N d FLOPs forward, 12 N d backward, in
-// two passes each (memory bound: a (4096, 128) activation is 2 MB). Rows are split over the compute
-// pool; the parameter gradients are summed by column ranges, rows in order, so they do not depend
-// on the thread count.
+// from them rather than storing N*d values. Cost: about 8 N d FLOPs forward, 12 N d backward, one
+// pass over the rows each (memory bound: a (4096, 128) activation is 2 MB). Rows are split over
+// the compute pool; backward sums the parameter gradients per fixed chunk of 64 rows (rows in
+// order) and then the chunks in order, so they do not depend on the thread count.
+// backward_plus adds a residual branch's gradient into dx in the same pass (a pre-norm block's
+// skip connection: dx = residual + the normalization's input gradient), saving a separate sum.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +40,8 @@ class LayerNorm : public Layer {
 
   const tensor::Tensor& forward(const tensor::Tensor& x, const ForwardContext& ctx) override;
   const tensor::Tensor& backward(const tensor::Tensor& dy, bool need_input_grad) override;
+  // backward with need_input_grad, returning residual + dx; residual has the input's shape.
+  const tensor::Tensor& backward_plus(const tensor::Tensor& dy, const tensor::Tensor& residual);
 
   std::int64_t dim() const { return dim_; }
   float eps() const { return eps_; }
@@ -56,6 +60,11 @@ class LayerNorm : public Layer {
   tensor::Tensor rstd_;                                     // (N)
   tensor::Tensor y_;                                        // (..., d)
   tensor::Tensor dx_;                                       // (..., d)
+  tensor::Tensor partial_;  // (chunks, 2, d): per chunk of rows, sum dy xhat and sum dy
+
+  // residual: nullptr, or N d values added to dx.
+  const tensor::Tensor& backward_rows(const tensor::Tensor& dy, bool need_input_grad,
+                                      const float* residual);
   tensor::Tensor none_;
 };
 

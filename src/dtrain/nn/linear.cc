@@ -3,10 +3,18 @@
 #include <algorithm>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/thread_pool.h"
 #include "dtrain/tensor/gemm.h"
 #include "dtrain/tensor/transpose.h"
 
 namespace dtrain::nn {
+namespace {
+
+// Rows per slice of forward_onto's residual pass: 64 rows of 128 outputs are 32 KB.
+constexpr std::int64_t kResidualRowGrain = 64;
+
+}  // namespace
+
 Linear::Linear(std::string name, std::int64_t in_features, std::int64_t out_features, InitKind init,
                float sigma)
     : Layer(std::move(name)),
@@ -73,6 +81,40 @@ const tensor::Tensor& Linear::forward(const tensor::Tensor& x, const ForwardCont
   for (std::int64_t row = 0; row < batch; ++row) {
     std::copy(b, b + out_, y + row * out_);
   }
+  tensor::gemm(tensor::Trans::kNo, tensor::Trans::kYes, batch, out_, in_, 1.0f, x.data(), in_,
+               weight_.data(), in_, 1.0f, y, out_);
+  return y_;
+}
+
+const tensor::Tensor& Linear::forward_onto(const tensor::Tensor& x, const tensor::Tensor& residual,
+                                           const ForwardContext& ctx) {
+  const tensor::Shape out_shape = output_shape(x.shape());
+  DTRAIN_CHECK(residual.shape() == out_shape && residual.is_contiguous(),
+               "layer {}: residual shape {} differs from output shape {}", name(),
+               tensor::shape_str(residual.shape()), tensor::shape_str(out_shape));
+  const std::int64_t batch = x.numel() / in_;
+  if (out_ > batch) {
+    // The transposed path writes y whole: add the residual after it.
+    forward(x, ctx);
+    float* y = y_.data();
+    const float* r = residual.data();
+    for (std::int64_t i = 0; i < y_.numel(); ++i) y[i] += r[i];
+    return y_;
+  }
+  DTRAIN_CHECK(x.is_contiguous(), "layer {}: input must be contiguous", name());
+  x_ = x;
+  y_.ensure_shape(out_shape);
+  float* y = y_.data();
+  const float* r = residual.data();
+  const float* b = bias_.data();
+  // A memory-bound pass (the residual in, y out), split over the pool by rows.
+  compute_pool().parallel_for(batch, kResidualRowGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t row = begin; row < end; ++row) {
+      float* __restrict y_row = y + row * out_;
+      const float* __restrict r_row = r + row * out_;
+      for (std::int64_t o = 0; o < out_; ++o) y_row[o] = r_row[o] + b[o];
+    }
+  });
   tensor::gemm(tensor::Trans::kNo, tensor::Trans::kYes, batch, out_, in_, 1.0f, x.data(), in_,
                weight_.data(), in_, 1.0f, y, out_);
   return y_;

@@ -46,6 +46,11 @@ class Linear : public Layer {
 
   const tensor::Tensor& forward(const tensor::Tensor& x, const ForwardContext& ctx) override;
   const tensor::Tensor& backward(const tensor::Tensor& dy, bool need_input_grad) override;
+  // y = residual + x W^T + b, residual of y's shape: a residual branch's sum folded into the
+  // product (each row starts at residual + b instead of b, then the GEMM accumulates, beta = 1),
+  // so the sum costs no pass of its own. Backward is unchanged.
+  const tensor::Tensor& forward_onto(const tensor::Tensor& x, const tensor::Tensor& residual,
+                                     const ForwardContext& ctx);
 
   std::int64_t in_features() const { return in_; }
   std::int64_t out_features() const { return out_; }

@@ -28,7 +28,9 @@ TransformerBlock::TransformerBlock(std::string name, std::int64_t dim, std::int6
   ln2_ = std::make_unique<LayerNorm>(base + ".ln2", dim);
   fc_ = std::make_unique<Linear>(base + ".fc", dim, 4 * dim, InitKind::kNormal, sigma);
   gelu_ = std::make_unique<Activation>(base + ".gelu", ActivationKind::kGelu);
-  out_ = std::make_unique<Linear>(base + ".out", 4 * dim, dim, InitKind::kNormal, sigma);
+  auto out = std::make_unique<Linear>(base + ".out", 4 * dim, dim, InitKind::kNormal, sigma);
+  whole_out_ = out.get();
+  out_ = std::move(out);
 }
 
 TransformerBlock::TransformerBlock(std::string name, std::int64_t dim, std::int64_t heads,
@@ -78,31 +80,40 @@ const tensor::Tensor& TransformerBlock::forward(const tensor::Tensor& x,
                                                 const ForwardContext& ctx) {
   output_shape(x.shape());
   DTRAIN_CHECK(x.is_contiguous(), "layer {}: input must be contiguous", name());
-  const tensor::Tensor& a = attn_->forward(ln1_->forward(x, ctx), ctx);
-  h_.ensure_shape(x.shape());
-  add(x.numel(), x.data(), a.data(), h_.data());
-  const tensor::Tensor& m =
-      out_->forward(gelu_->forward(fc_->forward(ln2_->forward(h_, ctx), ctx), ctx), ctx);
+  out_shape_ = x.shape();
+  // Unsplit, the residual sums ride on proj's and out's products (Linear::forward_onto); split,
+  // those are other layers, and the sums are passes of their own.
+  const tensor::Tensor* h = &h_;
+  if (whole_attention_ != nullptr) {
+    h = &whole_attention_->forward_onto(ln1_->forward(x, ctx), x, ctx);
+  } else {
+    const tensor::Tensor& a = attn_->forward(ln1_->forward(x, ctx), ctx);
+    h_.ensure_shape(x.shape());
+    add(x.numel(), x.data(), a.data(), h_.data());
+  }
+  const tensor::Tensor& hidden = gelu_->forward(fc_->forward(ln2_->forward(*h, ctx), ctx), ctx);
+  if (whole_out_ != nullptr) return whole_out_->forward_onto(hidden, *h, ctx);
+  const tensor::Tensor& m = out_->forward(hidden, ctx);
   y_.ensure_shape(x.shape());
-  add(x.numel(), h_.data(), m.data(), y_.data());
+  add(x.numel(), h->data(), m.data(), y_.data());
   return y_;
 }
 
 const tensor::Tensor& TransformerBlock::backward(const tensor::Tensor& dy, bool need_input_grad) {
-  DTRAIN_CHECK(dy.shape() == y_.shape() && dy.is_contiguous(),
+  DTRAIN_CHECK(dy.shape() == out_shape_ && dy.is_contiguous(),
                "layer {}: dy shape {} differs from output shape {}", name(),
-               tensor::shape_str(dy.shape()), tensor::shape_str(y_.shape()));
-  // MLP branch, last layer first; its input gradient adds to the identity's.
-  const tensor::Tensor& dm =
-      ln2_->backward(fc_->backward(gelu_->backward(out_->backward(dy, true), true), true), true);
-  dh_.ensure_shape(y_.shape());
-  add(dy.numel(), dy.data(), dm.data(), dh_.data());
+               tensor::shape_str(dy.shape()), tensor::shape_str(out_shape_));
+  // MLP branch, last layer first; its input gradient adds to the identity's, inside ln2's backward
+  // pass (dh = dy + ln2's dx).
+  const tensor::Tensor& dh =
+      ln2_->backward_plus(fc_->backward(gelu_->backward(out_->backward(dy, true), true), true), dy);
   // Attention branch. Its parameters need gradients even when x does not.
-  const tensor::Tensor& da = ln1_->backward(attn_->backward(dh_, true), need_input_grad);
-  if (!need_input_grad) return none_;
-  dx_.ensure_shape(y_.shape());
-  add(dh_.numel(), dh_.data(), da.data(), dx_.data());
-  return dx_;
+  const tensor::Tensor& da = attn_->backward(dh, true);
+  if (!need_input_grad) {
+    ln1_->backward(da, false);
+    return none_;
+  }
+  return ln1_->backward_plus(da, dh);  // dx = dh + ln1's dx
 }
 
 std::vector<Layer*> TransformerBlock::sublayers() {

@@ -8,7 +8,10 @@
 // "<name>.ln2", "<name>.fc", "<name>.gelu", "<name>.out", so the tensors are "block1.fc.weight" and
 // so on, in the order of torch's state_dict for the reference's Block.
 // Backward: dh = dy + ln2'(fc'(gelu'(out'(dy)))), dx = dh + ln1'(attn'(dh)) (the residual
-// branches add their input gradients to the identity's).
+// branches add their input gradients to the identity's, inside the LayerNorms' backward passes:
+// LayerNorm::backward_plus; dh and dx are ln2's and ln1's input-gradient buffers). Forward, when
+// unsplit, h and y are the outputs of proj and out, whose products start from the residual
+// (Linear::forward_onto): no pass of their own for the two sums.
 // Parameters: 12 d^2 + 13 d. FLOPs per token, forward: 24 d^2 in the four Linears (2 x (3d^2 + d^2
 // + 4d^2 + 4d^2)) plus 4 T d in attention (full square); backward twice that. At d = T = 128:
 // 0.46 MFLOP forward, 1.38 MFLOP forward and backward per token.
@@ -64,11 +67,12 @@ class TransformerBlock : public Layer {
   std::unique_ptr<LayerNorm> ln1_, ln2_;
   std::unique_ptr<Layer> attn_, fc_, out_;
   CausalSelfAttention* whole_attention_ = nullptr;  // attn_, when unsplit (clone copies its tile)
+  Linear* whole_out_ = nullptr;                     // out_, when unsplit
   std::unique_ptr<Activation> gelu_;
-  tensor::Tensor h_;   // x + attn(ln1(x)), (B, T, d)
-  tensor::Tensor y_;   // h + mlp(ln2(h)), (B, T, d)
-  tensor::Tensor dh_;  // dL/dh, (B, T, d)
-  tensor::Tensor dx_;  // (B, T, d)
+  tensor::Shape out_shape_;  // (B, T, d) of the last forward
+  // Split blocks only (unsplit, h and y are proj's and out's outputs):
+  tensor::Tensor h_;  // x + attn(ln1(x)), (B, T, d)
+  tensor::Tensor y_;  // h + mlp(ln2(h)), (B, T, d)
   tensor::Tensor none_;
 };
 

@@ -1,6 +1,7 @@
 // Spatial parallelism on the process grid (hybrid.sp; strategies/hybrid/ running
 // strategies/spatial/ on each spatial group): the ResNet (width 2, one block per stage) on
-// (1, 16, 8) images, dp 2 x sp 2 on 4 thread ranks, 8 steps of a global batch of 12. Each replica
+// (1, 16, 8) images, dp 2 x sp 2 on 4 thread ranks, 8 steps of a global batch of 12 (and dp 2 x
+// sp 3 and 4 on 6 and 8 ranks). Each replica
 // splits the rows of its 6 images over its 2 ranks; the data group sums the gradients.
 //   - The parameters follow one worker on the same global batch accumulating 2 micro-batches of 6
 //     (each replica's batch norms see its 6 whole images, as a micro-batch of 6 does) to 1e-5
@@ -167,6 +168,35 @@ TEST_F(SpatialGridTest, DataTimesSpatialFollowsOneWorkerAndSendsTheFormulasBytes
     EXPECT_DOUBLE_EQ(row.at("data_group_bytes_sent_per_step").get<double>(), 4 * 1321.0) << row;
     EXPECT_DOUBLE_EQ(row.at("data_group_bytes_predicted_per_step").get<double>(), 4 * 1321.0)
         << row;
+  }
+}
+
+// Three and four spatial ranks inside each of 2 replicas (6 and 8 thread ranks): the bands of 24
+// rows over 3 (8, 4 and 2 rows through the stages) and of 16 over 4 (4, 2, 1) follow one worker
+// accumulating 2 micro-batches of 6 as dp 2 x sp 2 does.
+TEST_F(SpatialGridTest, ThreeAndFourSpatialRanksPerReplicaFollowOneWorker) {
+  struct Case {
+    int sp;
+    std::int64_t height;
+  };
+  for (const Case& k : {Case{3, 24}, Case{4, 16}}) {
+    Config c = grid(2, k.sp);
+    c.data.synthetic_shape = {1, k.height, 8};
+    Config one = c;
+    one.parallel.strategy = "data_parallel";
+    one.hybrid = HybridSection{};
+    one.train.accumulate_steps = 2;
+    Trainer single(one, TrainerOptions{dir("single"), false, true, stderr, nullptr, nullptr});
+    single.run();
+    const auto& store = single.model().store();
+    const std::vector<float> reference(store.params(), store.params() + store.num_params());
+    const Ranks ranks = train(c, 2 * k.sp);
+    const double relative = relative_difference(ranks.params[0], reference);
+    std::fprintf(stderr, "dp 2 x sp %d: relative difference to one worker %.3g\n", k.sp, relative);
+    EXPECT_LT(relative, 1e-5) << "sp " << k.sp;
+    for (int r = 1; r < 2 * k.sp; ++r) {
+      EXPECT_EQ(ranks.params[static_cast<std::size_t>(r)], ranks.params[0]) << k.sp << " " << r;
+    }
   }
 }
 

@@ -124,6 +124,8 @@ expect_error "hybrid.sp = 2 with hybrid.tp = 2 and hybrid.pp = 1" train "${RESNE
   --out "$TMP/bad_grid2"
 expect_error "on the grid the spatial groups' size is --sp S" train "${RESNET[@]}" --strategy spatial \
   --dp 2 --workers 4 --out "$TMP/bad_grid3"
+expect_error "--sp 2 with --strategy data_parallel: --sp alone runs --strategy spatial" \
+  train "${RESNET[@]}" --sp 2 --strategy data_parallel --out "$TMP/bad_sp_strategy"
 echo "ok: bad spatial grids are one line, exit 2"
 
 expect_error "images of 64 rows do not split evenly over 3 ranks" train "${SMALL[@]}" \

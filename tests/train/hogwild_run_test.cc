@@ -97,7 +97,7 @@ void keep_only(const fs::path& from, const fs::path& to, const std::string& name
   }
 }
 
-TEST(HogwildCheckpoints, ClockCheckpointsPauseTheThreadsAndOneThreadResumesInsideAnEpochBitwise) {
+TEST(HogwildCheckpoints, StepCheckpointsPauseTheThreadsAndOneThreadResumesInsideAnEpochBitwise) {
   TempDir tmp;
   const TrainerOptions quiet{"", false, true, stderr, nullptr, nullptr};
   auto options = [&](const std::string& name, bool resume) {

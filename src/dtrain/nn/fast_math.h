@@ -59,9 +59,11 @@ inline float fast_exp(float x) {
 inline constexpr __mmask16 kAllLanes16 = 0xFFFF;
 
 inline __m512 fast_exp16(__m512 x) {
+  // max and min return their second operand when either is NaN: x goes second, so that a NaN
+  // stays NaN (as std::clamp in fast_exp leaves it) instead of becoming exp(-87).
   const __m512 clamped =
-      _mm512_maskz_min_ps(kAllLanes16, _mm512_maskz_max_ps(kAllLanes16, x, _mm512_set1_ps(-87.0f)),
-                          _mm512_set1_ps(88.0f));
+      _mm512_maskz_min_ps(kAllLanes16, _mm512_set1_ps(88.0f),
+                          _mm512_maskz_max_ps(kAllLanes16, _mm512_set1_ps(-87.0f), x));
   const __m512 n = _mm512_maskz_roundscale_ps(
       kAllLanes16, _mm512_mul_ps(clamped, _mm512_set1_ps(1.44269504088896341f)),
       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

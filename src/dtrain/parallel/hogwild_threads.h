@@ -77,8 +77,10 @@ class PauseMeeting {
       const std::int64_t generation = generation_;
       if (!cv_.wait_until(lock, deadline, [&] { return generation_ != generation; })) {
         throw Error(fmt::format(
-            "hogwild: thread {} waited {:.1f} s at a checkpoint pause for thread 0; a thread is "
-            "stuck (raise parallel.comm_timeout_seconds if a step is only slow)",
+            "hogwild: thread {} waited {:.1f} s at a checkpoint pause for thread 0, which waits "
+            "for every thread's step and then hands the snapshot to the checkpoint writer (after "
+            "the previous file is written); a thread or the disk is stuck (raise "
+            "parallel.comm_timeout_seconds if a step or a write is only slow)",
             t, std::chrono::duration<double>(timeout_).count()));
       }
       return;
@@ -101,6 +103,15 @@ class PauseMeeting {
     ++generation_;
     cv_.notify_all();
     if (error) std::rethrow_exception(error);
+  }
+  // Thread 0 ended by an error outside a snapshot: the threads waiting for it at a pause go on
+  // (and see the epoch stopped) instead of waiting out their deadline.
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    requested_.store(false, std::memory_order_relaxed);
+    arrived_ = 0;
+    ++generation_;
+    cv_.notify_all();
   }
   // A thread that has no chunk left: the meeting no longer waits for it.
   void leave() {
@@ -131,6 +142,22 @@ struct EpochEnd {
 template <typename Train>
 std::int64_t train_chunks(int t, ChunkCounter& chunks, PauseMeeting& meeting,
                           const HogwildPause* pause, EpochEnd& end, Train&& train) {
+  // Leaves the meeting however the loop ends. An error (a step's or the snapshot's) also stops the
+  // other threads at their next boundary, so that none waits out its deadline at a pause for a
+  // thread that is gone; the error itself reaches the caller after the join.
+  struct Leave {
+    int t;
+    PauseMeeting& meeting;
+    EpochEnd& end;
+    int exceptions = std::uncaught_exceptions();
+    ~Leave() {
+      if (std::uncaught_exceptions() > exceptions) {
+        end.stopped.store(true, std::memory_order_relaxed);
+        if (t == 0) meeting.release();
+      }
+      meeting.leave();
+    }
+  } leave{t, meeting, end};
   std::int64_t done = 0;
   while (true) {
     if (meeting.requested()) {
@@ -150,7 +177,6 @@ std::int64_t train_chunks(int t, ChunkCounter& chunks, PauseMeeting& meeting,
     done += chunk.size();
     if (t == 0 && pause != nullptr && pause->due()) meeting.request();
   }
-  meeting.leave();
   return done;
 }
 

@@ -75,9 +75,15 @@ int run_sweep_command(const SweepFlags& flags) {
     overrides.push_back(fmt::format("parallel.straggler=\"{}\"", flags.straggler));
   }
   // A --set may hold only together with an axis's values (worker momentum with --aggregator
-  // median, byzantine = 2 with --workers 8): the file and the --set values are read without the
-  // range and cross-key checks, which run_sweep applies to each point before running any.
-  train::Config base = train::load_config_unvalidated(flags.config, overrides);
+  // median, byzantine = 2 with --workers 8). A file and --set values that are valid alone are
+  // checked here, so that an error names the file or the --set; otherwise they are read without
+  // the range and cross-key checks, and run_sweep checks each point before running any.
+  train::Config base;
+  try {
+    base = train::load_config(flags.config, overrides);
+  } catch (const ConfigError&) {
+    base = train::load_config_unvalidated(flags.config, overrides);
+  }
   // --attack and --byzantine hold for every run, but are checked per point (run_sweep validates
   // each): f < P depends on the --workers axis, which the config file's workers do not know.
   if (!flags.attack.empty()) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli_checks.h"
@@ -396,6 +397,16 @@ int run_train(const TrainFlags& flags) {
         "is --sp S; give --dp D --sp S for D replicas of S ranks each (docs/HYBRID.md)",
         std::max<std::int64_t>(flags.dp, 1), std::max<std::int64_t>(flags.tp, 1),
         std::max<std::int64_t>(flags.pp, 1)));
+  }
+  // --sp S and --tp T alone choose their strategy; another --strategy would drop them unsaid.
+  for (const auto& [flag, value, own] :
+       {std::tuple{"--sp", flags.sp, "spatial"}, std::tuple{"--tp", flags.tp, "tensor_parallel"}}) {
+    if (!grid && value > 0 && !flags.strategy.empty() && flags.strategy != own) {
+      throw ConfigError(fmt::format(
+          "{} {} with --strategy {}: {} alone runs --strategy {}; drop one of the two, or give "
+          "--dp D to put {} inside data parallelism (docs/HYBRID.md)",
+          flag, value, flags.strategy, flag, own, flag));
+    }
   }
   if (grid) {
     // --dp D --pp P (--tp T, --sp S): the process grid (strategies/hybrid/, docs/HYBRID.md); as

@@ -448,7 +448,8 @@ TEST_F(PipelineTest, PipeDreamCountsTheTiedCopiesOfTheGpt) {
   const std::string untied = dir("pipedream-untied");
   allreduce_training(m, 2, untied);
   std::ifstream in2(std::filesystem::path(untied) / "summary.json");
-  for (const auto& stage : nlohmann::json::parse(in2).at("parallel").at("per_stage")) {
+  const nlohmann::json untied_summary = nlohmann::json::parse(in2);
+  for (const auto& stage : untied_summary.at("parallel").at("per_stage")) {
     EXPECT_EQ(stage.at("peak_tied_copy_bytes").get<double>(), 0.0);
   }
 }

@@ -171,7 +171,7 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
     bytes_sent_ += static_cast<std::int64_t>(bytes);
   }
   std::vector<ReplyHeader> headers;
-  std::string error;
+  std::string error, evicted;
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     const auto s = static_cast<std::size_t>(pieces[i].server);
     try {
@@ -203,11 +203,11 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
                       std::string(reinterpret_cast<const char*>(payload),
                                   static_cast<std::size_t>(std::min<std::int64_t>(
                                       header.count, static_cast<std::int64_t>(kErrorTextBytes)))));
-      // A failed server answers nothing more: say so now. A refused request: the other servers'
-      // replies are still taken, so that the next request pairs with its own.
+      // A failed server answers nothing more: say so now. Evicted or refused: the other servers'
+      // replies are still taken, so that the next request (a stop's) pairs with its own.
       if (header.status == Status::kError) throw comm::CommError(text);
-      if (header.status == Status::kEvicted) throw EvictedError(text);
-      if (error.empty()) error = text;
+      std::string& first = header.status == Status::kEvicted ? evicted : error;
+      if (first.empty()) first = text;
       continue;
     }
     if (receive != nullptr && header.count > 0) {
@@ -229,6 +229,7 @@ std::vector<ReplyHeader> Client::exchange(Op op, const std::vector<ShardPiece>& 
     }
     headers.push_back(header);
   }
+  if (!evicted.empty()) throw EvictedError(evicted);
   // Refused: the request itself was wrong (a checkpoint's state that does not fit the servers), so
   // a restart would be refused alike: bad input (exit 2), not a failed rank (exit 4).
   if (!error.empty()) throw CheckpointError(error);

@@ -144,12 +144,7 @@ HogwildEpoch Hogwild::run_epoch(std::int64_t epoch, float lr, std::int64_t start
     result.thread_updates[static_cast<std::size_t>(t)] = done;
     result.thread_cpu_seconds[static_cast<std::size_t>(t)] = thread_cpu_seconds() - cpu_start;
   });
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  result.stopped = end.stopped.load(std::memory_order_relaxed);
-  result.position = result.stopped ? end.position : n;
-  result.updates = result.position - start;
-  result.updates_per_second =
-      result.seconds > 0.0 ? static_cast<double>(result.updates) / result.seconds : 0.0;
+  result.finish(begin, end.stopped.load(std::memory_order_relaxed), end.position, start, n);
   return result;
 }
 

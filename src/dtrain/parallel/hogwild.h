@@ -81,6 +81,17 @@ struct HogwildEpoch {
   double updates_per_second = 0.0;
   std::vector<std::int64_t> thread_updates;  // T counts
   std::vector<double> thread_cpu_seconds;    // T: CPU time of each thread's updates
+
+  // After the join, for an epoch of n samples begun at `start` and `began`: the time, where it
+  // ended (n, or `stop_position` when a pause stopped it) and the updates from those.
+  void finish(std::chrono::steady_clock::time_point began, bool stopped_at_pause,
+              std::int64_t stop_position, std::int64_t start, std::int64_t n) {
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    stopped = stopped_at_pause;
+    position = stopped ? stop_position : n;
+    updates = position - start;
+    updates_per_second = seconds > 0.0 ? static_cast<double>(updates) / seconds : 0.0;
+  }
 };
 
 struct LinearEvaluation {

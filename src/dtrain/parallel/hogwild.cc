@@ -127,11 +127,12 @@ HogwildEpoch Hogwild::run_epoch(std::int64_t epoch, float lr, std::int64_t start
   result.thread_updates.assign(static_cast<std::size_t>(threads), 0);
   result.thread_cpu_seconds.assign(static_cast<std::size_t>(threads), 0.0);
   float* w = weights_.data();
-  const auto begin = std::chrono::steady_clock::now();
   hogwild_detail::ChunkCounter chunks(n, kChunk, start);
   hogwild_detail::PauseMeeting meeting(
       threads, pause != nullptr ? pause->timeout : std::chrono::milliseconds(0));
   hogwild_detail::EpochEnd end;
+  const auto begin = std::chrono::steady_clock::now();
+  end.began = begin;
   run_on_threads(threads, [&](int t) {
     const double cpu_start = thread_cpu_seconds();
     const std::int64_t done = hogwild_detail::train_chunks(

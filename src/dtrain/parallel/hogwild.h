@@ -61,13 +61,14 @@ struct HogwildOptions {
 // Checkpoints inside an epoch (docs/HOGWILD.md): after each of its steps (a chunk of samples, or
 // a mini-batch of the dense engine) thread 0 asks `due`; when it says yes, every thread stops at
 // its next step boundary and they meet (each wait with `timeout`); thread 0 then calls
-// `at_pause(position)`: every sample of [0, position) of the epoch's order is trained and none
-// after, the parameters are still (no thread writes them until it returns). It returns whether
-// the epoch ends there (a stop on SIGTERM); otherwise all go on. A pause due at the epoch's last
-// step is not taken (the epoch's end is the caller's).
+// `at_pause(position, seconds)`: every sample of [0, position) of the epoch's order is trained and
+// none after, `seconds` have passed since the threads started (HogwildEpoch::seconds' clock, which
+// leaves out the epoch's serial shuffle), the parameters are still (no thread writes them until it
+// returns). It returns whether the epoch ends there (a stop on SIGTERM); otherwise all go on. A
+// pause due at the epoch's last step is not taken (the epoch's end is the caller's).
 struct HogwildPause {
   std::function<bool()> due;
-  std::function<bool(std::int64_t position)> at_pause;
+  std::function<bool(std::int64_t position, double seconds)> at_pause;
   std::chrono::milliseconds timeout{60000};
 };
 

@@ -81,6 +81,7 @@ HogwildEpoch HogwildDense::run_epoch(std::int64_t epoch, float lr, std::int64_t 
       threads, pause != nullptr ? pause->timeout : std::chrono::milliseconds(0));
   hogwild_detail::EpochEnd end;
   const auto begin = std::chrono::steady_clock::now();
+  end.began = begin;
   run_on_threads(threads, [&](int t) {
     const double cpu_start = thread_cpu_seconds();
     ScopedComputePool pool(1);  // one thread per replica: the parallelism is the replicas

@@ -132,6 +132,7 @@ class PauseMeeting {
 
 // How an epoch with pauses ended: stopped at `position` by a pause's at_pause.
 struct EpochEnd {
+  std::chrono::steady_clock::time_point began;  // when the threads started: a pause's clock
   std::atomic<bool> stopped{false};
   std::int64_t position = 0;  // written by thread 0 inside the meeting, read after the join
 };
@@ -164,7 +165,9 @@ std::int64_t train_chunks(int t, ChunkCounter& chunks, PauseMeeting& meeting,
       meeting.meet(t, [&] {
         const std::int64_t position = chunks.taken();
         // Due at the epoch's last step: the epoch's end is the caller's checkpoint.
-        if (position < chunks.size() && pause->at_pause(position)) {
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - end.began).count();
+        if (position < chunks.size() && pause->at_pause(position, seconds)) {
           end.position = position;
           end.stopped.store(true, std::memory_order_relaxed);
         }

@@ -59,21 +59,22 @@ std::string grid_order_name(const std::array<GridAxis, 4>& order) {
   return name;
 }
 
+std::string grid_product_text(std::int64_t dp, std::int64_t sp, std::int64_t tp, std::int64_t pp,
+                              std::string_view prefix) {
+  if (sp != 1) {
+    return fmt::format("{0}dp x sp x tp x pp = {1} x {2} x {3} x {4} = {5}", prefix, dp, sp, tp, pp,
+                       dp * sp * tp * pp);
+  }
+  return fmt::format("{0}dp x tp x pp = {1} x {2} x {3} = {4}", prefix, dp, tp, pp, dp * tp * pp);
+}
+
 void check_grid(const GridShape& shape, int ranks) {
   if (shape.dp < 1 || shape.tp < 1 || shape.pp < 1 || shape.sp < 1 || shape.size() != ranks) {
-    if (shape.sp != 1) {
-      throw ConfigError(fmt::format(
-          "the grid dp x sp x tp x pp = {} x {} x {} x {} = {} does not match the {} ranks of "
-          "this run; choose --dp, --sp, --tp and --pp whose product is the number of ranks "
-          "(threads: they set it; mpirun: -np x parallel.workers)",
-          shape.dp, shape.sp, shape.tp, shape.pp, shape.dp * shape.sp * shape.tp * shape.pp,
-          ranks));
-    }
     throw ConfigError(fmt::format(
-        "the grid dp x tp x pp = {} x {} x {} = {} does not match the {} ranks of this run; "
-        "choose --dp, --tp and --pp whose product is the number of ranks (threads: they set it; "
-        "mpirun: -np x parallel.workers)",
-        shape.dp, shape.tp, shape.pp, shape.dp * shape.tp * shape.pp, ranks));
+        "the grid {} does not match the {} ranks of this run; choose --dp, {}--tp and --pp whose "
+        "product is the number of ranks (threads: they set it; mpirun: -np x parallel.workers)",
+        grid_product_text(shape.dp, shape.sp, shape.tp, shape.pp), ranks,
+        shape.sp != 1 ? "--sp, " : ""));
   }
 }
 

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -58,6 +59,10 @@ std::array<GridAxis, 4> parse_grid_order(std::string_view text, std::string_view
 std::string grid_order_name(const std::array<GridAxis, 4>& order);
 const char* grid_axis_name(GridAxis axis);  // "dp", "tp", "pp", "sp"
 
+// "dp x tp x pp = 2 x 1 x 2 = 4", after `prefix` ("hybrid.dp x ..."); sp joins the product
+// ("dp x sp x tp x pp = ...") only when it is not 1, as it joins the flags a user names.
+std::string grid_product_text(std::int64_t dp, std::int64_t sp, std::int64_t tp, std::int64_t pp,
+                              std::string_view prefix = "");
 // ConfigError naming the numbers unless dp x tp x pp (x sp) == ranks (each >= 1).
 void check_grid(const GridShape& shape, int ranks);
 

@@ -63,7 +63,8 @@ inline constexpr std::uint32_t kEncoded = 2;
 // ticket: the next ticket's number without taking it (a checkpoint's position in the epoch).
 inline constexpr std::uint32_t kPeekTicket = 4;
 // reply: this worker owes its error-feedback residual (kResidualRound); it sends kPutResidual.
-inline constexpr std::uint32_t kSendResidual = 4;
+// (Reply flags and request flags are separate words; distinct bits still keep a dump readable.)
+inline constexpr std::uint32_t kSendResidual = 8;
 
 struct RequestHeader {
   Op op = Op::kPush;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "dtrain/base/error.h"
+#include "dtrain/parallel/process_grid.h"
 #include "dtrain/train/strategies/data_parallel/data_parallel_strategy.h"
 #include "dtrain/train/strategies/decentralized/decentralized_sgd.h"
 #include "dtrain/train/strategies/federated/federated_run.h"
@@ -30,17 +31,12 @@ std::unique_ptr<Strategy> replicas(const StrategyContext& context) {
 int hybrid_thread_ranks(const Config& config) {
   const HybridSection& h = config.hybrid;
   const std::int64_t grid = h.dp * h.tp * h.pp * h.sp;
-  if (config.parallel.workers != 1 && config.parallel.workers != grid && h.sp != 1) {
-    throw ConfigError(fmt::format(
-        "parallel.workers = {} but the grid hybrid.dp x sp x tp x pp = {} x {} x {} x {} = {}: "
-        "the grid sets the number of ranks; drop --workers or make it {}",
-        config.parallel.workers, h.dp, h.sp, h.tp, h.pp, grid, grid));
-  }
   if (config.parallel.workers != 1 && config.parallel.workers != grid) {
     throw ConfigError(fmt::format(
-        "parallel.workers = {} but the grid hybrid.dp x tp x pp = {} x {} x {} = {}: the grid "
-        "sets the number of ranks; drop --workers or make it {}",
-        config.parallel.workers, h.dp, h.tp, h.pp, grid, grid));
+        "parallel.workers = {} but the grid {}: the grid sets the number of ranks; drop --workers "
+        "or make it {}",
+        config.parallel.workers, parallel::grid_product_text(h.dp, h.sp, h.tp, h.pp, "hybrid."),
+        grid));
   }
   return static_cast<int>(grid);
 }

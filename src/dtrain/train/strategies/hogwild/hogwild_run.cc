@@ -252,9 +252,8 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
     return std::sqrt(2.0 * cost * t.mtbf_hours * 3600.0);
   };
   const comm::CommOptions deadlines;
-  // The epoch in flight, for a pause's snapshot: its index, where it started, its clock.
+  // The epoch in flight, for a pause's snapshot: its index (where it started: start_position).
   std::int64_t current_epoch = 0;
-  Stopwatch epoch_clock;
   parallel::HogwildPause pause;
   pause.timeout = config.parallel.comm_timeout_seconds > 0.0
                       ? std::chrono::milliseconds(static_cast<std::int64_t>(
@@ -271,12 +270,11 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
                                         thread0_steps % t.memory_checkpoint_every_steps == 0);
     return disk_pending || memory_pending || stop_requested() != 0;
   };
-  pause.at_pause = [&](std::int64_t position) {
+  pause.at_pause = [&](std::int64_t position, double seconds) {
     const int signal = stop_requested();
     if (signal == 0 && !disk_pending && !memory_pending) return false;
     Stopwatch clock;
     const std::int64_t first = current_epoch == start_epoch ? start_position : 0;
-    const double seconds = epoch_clock.seconds();
     const double carried = current_epoch == start_epoch ? carried_epoch_seconds : 0.0;
     Checkpoint c = snapshot(current_epoch, position, updates + position - first,
                             train_seconds + seconds, carried + seconds);
@@ -304,7 +302,6 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
     const auto lr = static_cast<float>(schedule.lr(e));
     const std::int64_t first = e == start_epoch ? start_position : 0;
     current_epoch = e;
-    epoch_clock.reset();
     // Always with pauses: a stop signal pauses too, whatever the keys (one check per step).
     const parallel::HogwildEpoch epoch = engine.run_epoch(e, lr, first, &pause);
     updates += epoch.updates;

@@ -11,16 +11,25 @@
 # "rank=0,every=20") and restarts inside the process (train.in_process_restarts).
 # MODE standby: as kill, with --warm-standby (the supervisor wakes a ready process instead of
 # starting one; the killer's `pgrep -x dtrain` does not see the standby, named dtrain-standby).
+# MODE fork: as kill, with --fork-server (the supervisor wakes a worker forked from a template
+# process; the template and the waiting worker are named dtrain-template).
 # Usage: scripts/fault_goodput.sh [DISK_EVERY_STEPS=1] [MEMORY_EVERY_STEPS=0] [MODE=kill]
-#   (train.checkpoint_every_steps and train.memory_checkpoint_every_steps; build/dtrain must exist)
+#   (train.checkpoint_every_steps and train.memory_checkpoint_every_steps; build/dtrain must exist,
+#   or DTRAIN=path names the binary). With DTRAIN_TIMELINE=FILE set, the killer appends a line
+#   "<time> <pid> kill -9" to FILE before each kill of the goodput pass, beside the processes' own
+#   lines (base/timeline.h; docs/FAULTS.md, "Where a restart's time goes"; read it with
+#   scripts/restart_timeline.py FILE).
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-D="$ROOT/build/dtrain"
+D="${DTRAIN:-$ROOT/build/dtrain}"
 CK=${1:-1}
 MEM=${2:-0}
 MODE=${3:-kill}
 SUPERVISOR=(--max-restarts 100 --restart-backoff 0)
 [[ $MODE == standby ]] && SUPERVISOR+=(--warm-standby)
+[[ $MODE == fork ]] && SUPERVISOR+=(--fork-server)
+TIMELINE=${DTRAIN_TIMELINE:-}  # for the goodput pass alone
+unset DTRAIN_TIMELINE
 OUT=$(mktemp -d)
 trap 'pkill -9 -f "$OUT" 2> /dev/null; rm -rf "$OUT"' EXIT
 cd "$ROOT"
@@ -49,7 +58,8 @@ else
 # Goodput: a kill -9 every 20 step-times and nothing else running (the watcher of the latency
 # pass below polls files, which costs a 2-core machine's training CPU while it restarts).
 start=$(date +%s.%N)
-"$D" train "${RUN[@]}" --out "$OUT/f" "${SUPERVISOR[@]}" 2> "$OUT/f.err" &
+DTRAIN_TIMELINE="$TIMELINE" "$D" train "${RUN[@]}" --out "$OUT/f" "${SUPERVISOR[@]}" \
+  2> "$OUT/f.err" &
 supervisor=$!
 # The killer runs beside the supervisor, so that the wall clock stops when the run ends (not
 # when the killer's sleep does).
@@ -57,6 +67,7 @@ supervisor=$!
   while kill -0 "$supervisor" 2> /dev/null; do
     sleep "$every"
     victim=$(pgrep -P "$supervisor" -x dtrain || true)
+    [[ -n "$victim" && -n "$TIMELINE" ]] && echo "$(date +%s.%N) $victim kill -9" >> "$TIMELINE"
     [[ -n "$victim" ]] && kill -9 "$victim" 2> /dev/null && echo kill >> "$OUT/kills"
   done
 ) &
@@ -68,7 +79,9 @@ kills=$(cat "$OUT/kills" 2> /dev/null | wc -l)
 echo "with failures: $wall s, $kills kills; goodput $(python3 -c "print(round($ref / $wall, 3))")" \
   "against the same run without failures, $(python3 -c "print(round($bare / $wall, 3))") against" \
   "the run without checkpoints"
-# Restart latency: 3 kills of another run, each followed by a watch for the first step after it.
+# Restart latency: 3 kills of another run, each followed by a watch for the first step after it
+# (LATENCY=0 skips it: a DTRAIN_TIMELINE file of the goodput pass holds the same and more).
+if [[ ${LATENCY:-1} != 0 ]]; then
 "$D" train "${RUN[@]}" --out "$OUT/l" "${SUPERVISOR[@]}" 2> "$OUT/l.err" &
 supervisor=$!
 restarts=()
@@ -113,6 +126,7 @@ PY
 done
 kill "$supervisor" 2> /dev/null; wait "$supervisor" 2> /dev/null
 echo "kill -> first step after the restart (s): ${restarts[*]}"
+fi
 fi
 python3 - "$OUT" <<'PY'
 import json, struct, sys

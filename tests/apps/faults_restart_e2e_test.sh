@@ -2,7 +2,8 @@
 # End-to-end faults (docs/FAULTS.md): kill -9 at random moments of a supervised run
 # (`dtrain train --max-restarts`, 2 ranks as threads, and 2 processes under mpirun) ends with the
 # parameters of the uninterrupted run, bit for bit; SIGTERM checkpoints and exits 143, and --resume
-# finishes the run bitwise; a checkpoint of 2 ranks resumes on 1 (resharded, said in the banner);
+# finishes the run bitwise; restarts by a warm standby and by a fork server's workers end bitwise
+# too; a checkpoint of 2 ranks resumes on 1 (resharded, said in the banner);
 # a run killed before its first checkpoint resumes from the beginning; bad input is not restarted.
 # Usage: bash faults_restart_e2e_test.sh /path/to/dtrain   (ctest: apps.faults_restart_e2e_test)
 set -euo pipefail
@@ -129,6 +130,81 @@ same_params "$TMP/ref/checkpoints/epoch-3.ckpt" "$TMP/warm/checkpoints/epoch-3.c
   fail "the run the warm standby finished ends with other parameters than the uninterrupted one"
 [[ -z "$(pgrep -f -- "$TMP/warm" || true)" ]] || fail "a process of the run outlived its supervisor"
 echo "ok: warm standby: it takes over after kill -9 and ends bitwise equal; nothing left running"
+
+# Fork server (--fork-server, one worker): once a forked worker waits (the template and it are
+# named dtrain-template), kill -9 the running child, twice; each restart is a forked worker
+# (restarts.jsonl says so) and the run ends bitwise equal to the uninterrupted one-worker run.
+# Then the template is killed: the supervisor says so and restarts by a new process, still
+# bitwise. With 2 thread ranks the template declines in one warning and restarts start processes.
+# The steps sleep 3 ms each (a straggler on rank 0; the numbers do not change), so that the run
+# lasts about 4 s: the template is ready about 1.5 s into it, and a second worker must wait
+# before the run ends.
+SLOW=("${RUN[@]}" --straggler rank=0,delay_ms=3)
+"$DTRAIN" train "${SLOW[@]}" --out "$TMP/one"
+# Waits until the supervisor $1 has a template and a worker waiting (two dtrain-template children
+# other than those named in $2), or it ended.
+wait_for_forked_worker() {
+  local waiting
+  while kill -0 "$1" 2> /dev/null; do
+    waiting=$(pgrep -x dtrain-template -P "$1" | grep -vxF -f <(tr ' ' '\n' <<< "${2:-none}") | wc -l || true)
+    [[ $waiting -ge 2 || ( -n "${2:-}" && $waiting -ge 1 ) ]] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+fork_run() {
+  "$DTRAIN" train "${SLOW[@]}" --out "$TMP/$1" --max-restarts 3 --restart-backoff 0 --fork-server \
+    --set train.memory_checkpoint_every_steps=1 --set "train.memory_checkpoint_folder=\"$TMP/shm\"" \
+    "${@:2}" 2> "$TMP/$1.err" &
+}
+fork_run fork
+supervisor=$!
+waiting=""
+for kill in 1 2; do
+  wait_for_forked_worker "$supervisor" "$waiting" || fail "no forked worker waited before kill $kill"
+  waiting=$(pgrep -x dtrain-template -P "$supervisor" | tr '\n' ' ')
+  kill -9 "$(pgrep -x dtrain -P "$supervisor")"
+  sleep 0.3
+done
+wait "$supervisor" || { cat "$TMP/fork.err" >&2; fail "the run with a fork server failed"; }
+python3 - "$TMP/fork/restarts.jsonl" <<'PY' || fail "the forked workers did not take over"
+import json, sys
+log = [json.loads(l) for l in open(sys.argv[1])]
+assert len(log) == 2 and all(r["fork_server"] is True for r in log), log
+PY
+grep -q "by a worker of the fork server" "$TMP/fork.err" || fail "the restart line does not say fork"
+same_params "$TMP/one/checkpoints/epoch-3.ckpt" "$TMP/fork/checkpoints/epoch-3.ckpt" ||
+  fail "the run the forked workers finished ends with other parameters than the uninterrupted one"
+[[ -z "$(pgrep -f -- "$TMP/fork" || true)" ]] || fail "a process of the run outlived its supervisor"
+echo "ok: fork server: forked workers take over after kill -9 twice and end bitwise equal"
+
+fork_run fork-dead
+supervisor=$!
+wait_for_forked_worker "$supervisor" || fail "no forked worker waited"
+kill -9 "$(pgrep -o -x dtrain-template -P "$supervisor")"  # the template (the older of the two)
+sleep 0.5
+kill -9 "$(pgrep -x dtrain -P "$supervisor")"
+wait "$supervisor" || { cat "$TMP/fork-dead.err" >&2; fail "the run whose template died failed"; }
+grep -q "the fork server ended with killed by signal 9 (SIGKILL) before it was needed; restarts start a new process" \
+  "$TMP/fork-dead.err" || { cat "$TMP/fork-dead.err" >&2; fail "the template's death was not said"; }
+python3 - "$TMP/fork-dead/restarts.jsonl" <<'PY' || fail "the restart was not a new process"
+import json, sys
+log = [json.loads(l) for l in open(sys.argv[1])]
+assert len(log) == 1 and log[0]["fork_server"] is False, log
+PY
+same_params "$TMP/one/checkpoints/epoch-3.ckpt" "$TMP/fork-dead/checkpoints/epoch-3.ckpt" ||
+  fail "the run restarted after its template died ends with other parameters"
+[[ -z "$(pgrep -f -- "$TMP/fork-dead" || true)" ]] || fail "a process of the run outlived its supervisor"
+echo "ok: fork server: a dead template is said, and the restart starts a new process, bitwise"
+
+fork_run fork-ranks --workers 2
+supervisor=$!
+wait "$supervisor" || { cat "$TMP/fork-ranks.err" >&2; fail "the 2-rank run with --fork-server failed"; }
+grep -q "fork server: it serves runs of one worker .* 2 ranks as threads; restarts start a new process" \
+  "$TMP/fork-ranks.err" || { cat "$TMP/fork-ranks.err" >&2; fail "the template did not decline"; }
+expect_error "cannot be combined with" train "${RUN[@]}" --out "$TMP/fork-bad" --max-restarts 1 \
+  --fork-server --warm-standby
+echo "ok: fork server: declined in one warning for 2 thread ranks; refused with --warm-standby"
 
 if command -v mpirun > /dev/null; then
   supervised_kills "$TMP/mpi" --mpirun "--oversubscribe --allow-run-as-root -np 2"

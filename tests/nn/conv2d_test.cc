@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "dtrain/base/error.h"
@@ -141,6 +142,49 @@ TEST_P(Conv2dThreads, MatchesDirectConvolution) {
 }
 
 // 3 threads cut LeNet's conv1 batch of 5 images into uneven parts (1 + 2 + 2).
+// backward_add(dy, addend) is backward(dy, true) with the addend added into dx (a residual block's
+// sum of branches): the same weight gradients bit for bit; dx bit for bit backward's dx + addend
+// where dx goes through GEMM + col2im (added after col2im), and within rounding of it where the
+// direct dx kernel starts its sums from the addend (ResNet's 16 -> 16 at 28x28, LeNet's conv1
+// shape). Cases: those two, the stride-2 3x3 and 1x1 layers entering a ResNet stage, a 3x3 on
+// 14x14 maps (col2im_padded) and a stride-1 layer whose padding keeps it on GEMM.
+TEST_P(Conv2dThreads, BackwardAddAddsTheAddendIntoDx) {
+  std::uint64_t seed = 700;
+  const std::vector<ConvCase> cases = {
+      {3, 16, 28, 28, 16, 3, 1, 1, false}, {3, 1, 28, 28, 6, 5, 1, 2, true},
+      {3, 16, 28, 28, 32, 3, 2, 1, false}, {3, 16, 28, 28, 32, 1, 2, 0, false},
+      {3, 32, 14, 14, 32, 3, 1, 1, false}, {2, 2, 10, 18, 4, 3, 1, 3, true},
+  };
+  for (const ConvCase& k : cases) {
+    SCOPED_TRACE(case_str(k));
+    Conv2d conv("conv", k.channels, k.filters, k.kernel, k.stride, k.padding, k.bias);
+    ParamStore store;
+    bind_single_layer(conv, store, seed++);
+    const tensor::Tensor x = random_tensor({k.batch, k.channels, k.height, k.width}, seed++);
+    const tensor::Tensor addend = random_tensor(x.shape(), seed++);
+    const tensor::Tensor dy = random_tensor(conv.output_shape(x.shape()), seed++);
+    conv.forward(x, ForwardContext{});
+    store.zero_grads();
+    const tensor::Tensor dx = conv.backward(dy, true).clone();
+    const std::vector<float> grads(store.grads(), store.grads() + store.num_params());
+    store.zero_grads();
+    const tensor::Tensor& sum = conv.backward_add(dy, addend);
+    ASSERT_EQ(sum.shape(), x.shape());
+    EXPECT_EQ(std::vector<float>(store.grads(), store.grads() + store.num_params()), grads);
+    // ResNet's 16 -> 16 and LeNet's 1 -> 6 take the direct dx kernel (rows of 17 to 32 pixels,
+    // stride 1, P <= K - 1); the others GEMM + col2im.
+    const bool direct = k.stride == 1 && k.width > 16 && k.padding <= k.kernel - 1;
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      const float expected = dx.data()[i] + addend.data()[i];
+      if (direct) {
+        ASSERT_NEAR(sum.data()[i], expected, 1e-5f * (1.0f + std::fabs(expected))) << i;
+      } else {
+        ASSERT_EQ(sum.data()[i], expected) << i;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Threads, Conv2dThreads, ::testing::Values(1, 2, 3));
 
 // Repeating a step gives the same bits; 1 and 2 threads agree to rounding. Not asserted bitwise:

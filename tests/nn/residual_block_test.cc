@@ -130,6 +130,53 @@ TEST(ResidualBlock, ForwardMatchesTheLayersSpelledOut) {
   }
 }
 
+// The block's backward against its layers spelled out, at ResNet-like shapes where conv1's dx runs
+// through the direct kernel (rows of 20 pixels) and adds the identity shortcut's g as its starting
+// value, and where a projection's dx is added after col2im (stride 2): dx = conv1'(bn1'(relu'(
+// conv2'(bn2'(g))))) + (g or the projection's dx), g = dy * [y > 0]; the parameter gradients too.
+TEST(ResidualBlock, BackwardMatchesTheLayersSpelledOut) {
+  for (std::int64_t stride : {1, 2}) {
+    SCOPED_TRACE(stride);
+    const std::int64_t in = 8, out = stride == 1 ? 8 : 16;
+    ResidualBlock block("b", in, out, stride);
+    ParamStore store;
+    bind_single_layer(block, store, 15);
+    SpelledOut twin(block, store, in, out, stride);
+    const tensor::Tensor x = random_tensor({2, in, 6, 20}, 16);
+    const tensor::Tensor y = block.forward(x, ForwardContext{}).clone();
+    const tensor::Tensor dy = random_tensor(y.shape(), 17);
+    store.zero_grads();
+    const tensor::Tensor dx = block.backward(dy, true).clone();
+
+    twin.run(x);  // the twin's layers keep what their backward needs
+    twin.twin.zero_grads();
+    tensor::Tensor g = dy.clone();
+    for (std::int64_t i = 0; i < g.numel(); ++i) {
+      if (!(twin.relu2_in.data()[i] > 0.0f)) g.data()[i] = 0.0f;
+    }
+    tensor::Tensor dr = twin.conv2.backward(twin.bn2.backward(g, true), true).clone();
+    for (std::int64_t i = 0; i < dr.numel(); ++i) {
+      if (!(twin.relu1_in.data()[i] > 0.0f)) dr.data()[i] = 0.0f;
+    }
+    tensor::Tensor dx_ref = twin.conv1.backward(twin.bn1.backward(dr, true), true).clone();
+    const tensor::Tensor shortcut_dx =
+        twin.projection ? twin.sconv.backward(twin.sbn.backward(g, true), true).clone() : g;
+    for (std::int64_t i = 0; i < dx_ref.numel(); ++i) dx_ref.data()[i] += shortcut_dx.data()[i];
+
+    ASSERT_EQ(dx.shape(), dx_ref.shape());
+    for (std::int64_t i = 0; i < dx.numel(); ++i) {
+      ASSERT_NEAR(dx.data()[i], dx_ref.data()[i], 1e-4f * (1.0f + std::fabs(dx_ref.data()[i])))
+          << "dx[" << i << "]";
+    }
+    ASSERT_EQ(store.num_params(), twin.twin.num_params());
+    for (std::int64_t i = 0; i < store.num_params(); ++i) {
+      ASSERT_NEAR(store.grads()[i], twin.twin.grads()[i],
+                  1e-4f * (1.0f + std::fabs(twin.twin.grads()[i])))
+          << "grad " << i;
+    }
+  }
+}
+
 TEST(ResidualBlock, NamesShapesAndParameterCount) {
   ResidualBlock block("block1", 16, 32, 2);
   EXPECT_EQ(block.output_shape({8, 16, 28, 28}), (tensor::Shape{8, 32, 14, 14}));

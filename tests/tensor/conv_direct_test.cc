@@ -91,6 +91,60 @@ TEST(ConvDirect, ForwardMatchesNaive) {
   }
 }
 
+// With an addend the sums start from it: y = addend + bias + the convolution, for every case (the
+// flat kernel of "same" convolutions and the row kernel of the others).
+TEST(ConvDirect, ForwardStartsFromTheAddend) {
+  std::uint64_t seed = 70;
+  for (const Case& k : kCases) {
+    SCOPED_TRACE(case_str(k));
+    const ConvGeometry g = geometry(k);
+    if (!conv_direct_supported(g)) GTEST_SKIP() << "built without AVX-512";
+    const auto image = random_values(k.channels * k.height * k.width, seed++);
+    const auto weight = random_values(k.filters * g.col_rows(), seed++);
+    const auto bias = random_values(k.filters, seed++);
+    const auto out = static_cast<std::size_t>(k.filters * g.col_cols());
+    const auto addend = random_values(static_cast<std::int64_t>(out), seed++);
+    for (const bool with_bias : {true, false}) {
+      const float* b = with_bias ? bias.data() : nullptr;
+      std::vector<float> scratch(static_cast<std::size_t>(conv_direct_scratch_size(g)), 9.0f);
+      std::vector<float> y(out, -7.0f), y_ref(out);
+      conv_direct_forward(g, k.filters, weight.data(), b, image.data(), scratch.data(), y.data(),
+                          addend.data());
+      conv2d_forward_naive(g, 1, k.filters, image.data(), weight.data(), b, y_ref.data());
+      for (std::size_t i = 0; i < out; ++i) {
+        ASSERT_NEAR(y[i], y_ref[i] + addend[i], 1e-5f) << "y[" << i << "]";
+      }
+    }
+  }
+}
+
+// The flat kernel of "same" convolutions (filters in groups of 8) on planes whose pixel count
+// leaves a partial last pair of vectors (3x17: 51 pixels; 7x23: 161), kernels 3 and 5 wide, 8 to
+// 24 filters.
+TEST(ConvDirect, SameConvolutionsOnOddPlanesMatchNaive) {
+  std::uint64_t seed = 90;
+  for (const Case& k : std::vector<Case>{{2, 3, 17, 3, 3, 1, 16},
+                                         {3, 7, 23, 3, 3, 1, 8},
+                                         {2, 7, 23, 5, 5, 2, 24},
+                                         {1, 1, 30, 3, 3, 1, 8}}) {
+    SCOPED_TRACE(case_str(k));
+    const ConvGeometry g = geometry(k);
+    if (!conv_direct_supported(g)) GTEST_SKIP() << "built without AVX-512";
+    ASSERT_EQ(g.col_cols(), k.height * k.width);  // "same": the flat kernel
+    const auto image = random_values(k.channels * k.height * k.width, seed++);
+    const auto weight = random_values(k.filters * g.col_rows(), seed++);
+    const auto out = static_cast<std::size_t>(k.filters * g.col_cols());
+    // Output and scratch start as garbage; the output has a guard past its end.
+    std::vector<float> scratch(static_cast<std::size_t>(conv_direct_scratch_size(g)), 9.0f);
+    std::vector<float> y(out + 64, -7.0f), y_ref(out);
+    conv_direct_forward(g, k.filters, weight.data(), nullptr, image.data(), scratch.data(),
+                        y.data());
+    conv2d_forward_naive(g, 1, k.filters, image.data(), weight.data(), nullptr, y_ref.data());
+    for (std::size_t i = 0; i < out; ++i) ASSERT_NEAR(y[i], y_ref[i], 1e-5f) << "y[" << i << "]";
+    for (std::size_t i = out; i < y.size(); ++i) ASSERT_EQ(y[i], -7.0f) << "written past y";
+  }
+}
+
 // Two images accumulated into one lanes buffer, folded into a gradient that starts at 0.5: the
 // reference adds both images' products to 0.5 as well.
 TEST(ConvDirect, WeightGradientAccumulatesOverImages) {

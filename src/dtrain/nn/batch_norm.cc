@@ -48,6 +48,34 @@ inline __mmask16 tail16(std::int64_t count) {
 }
 #endif
 
+// A channel's values are B planes of H*W floats, F planes apart: 3 KB at a ResNet's first stage,
+// 784 and 196 bytes at the second and third. The hardware prefetchers start over at every plane,
+// and a plane of 3 to 49 cache lines ends before they help, so the passes waited on memory at every
+// plane. Each pass now prefetches the plane prefetch_distance(H*W) planes ahead in its own order
+// (the first one at least kPrefetchFloats of the channel ahead), one line per 16 values it reads:
+// `ahead` below is that plane's start for the same stream (the current plane itself when none is
+// left, a harmless repeat). Measured on BatchNorm alone at the ResNet's three shapes (batch 128,
+// caches flushed between calls): forward and backward 12-17% faster than without; 256 to 512
+// floats ahead did as well as 1024, 2048 and 4096 worse.
+constexpr std::int64_t kPrefetchFloats = 512;
+
+std::int64_t prefetch_distance(std::int64_t plane) {
+  return std::max<std::int64_t>(1, (kPrefetchFloats + plane - 1) / plane);
+}
+
+// Line p / 16 of a plane of n floats starting at ahead (p < n, a multiple of 16); the plane's last
+// line with the last p (a plane need not start on a line).
+inline void prefetch_line(const float* ahead, std::int64_t p, std::int64_t n) {
+#if defined(DTRAIN_BATCH_NORM_AVX512)
+  _mm_prefetch(reinterpret_cast<const char*>(ahead + p), _MM_HINT_T0);
+  if (p + 16 >= n) _mm_prefetch(reinterpret_cast<const char*>(ahead + n - 1), _MM_HINT_T0);
+#else
+  (void)ahead;
+  (void)p;
+  (void)n;
+#endif
+}
+
 // The per-channel passes below, one plane (H*W values of one image and channel) at a time. The
 // sums run in double, in vector lanes (16 with AVX-512: two registers of 8 doubles, lane l taking
 // values l, l + 16, ...; the tail of a plane is a masked load, whose zeros add nothing), carried
@@ -64,18 +92,21 @@ struct PlaneSums {
   double b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #endif
 
-  // a += x, b += x * x over the plane.
-  void add_sum_and_squares(const float* x, std::int64_t n) {
+  // a += x, b += x * x over the plane; prefetches the plane at x_ahead (see prefetch_line).
+  void add_sum_and_squares(const float* x, std::int64_t n, const float* x_ahead) {
 #if defined(DTRAIN_BATCH_NORM_AVX512)
     std::int64_t p = 0;
     for (; p + 16 <= n; p += 16) {
+      prefetch_line(x_ahead, p, n);
       add_squares(_mm256_loadu_ps(x + p), _mm256_loadu_ps(x + p + 8));
     }
     if (p < n) {
+      prefetch_line(x_ahead, p, n);
       const __mmask16 mask = tail_mask(n - p);
       add_squares(load_half(mask, x + p), load_half(mask >> 8, x + p + 8));
     }
 #else
+    (void)x_ahead;
     for (std::int64_t p = 0; p < n; ++p) {
       const double v = x[p];
       a[p % 8] += v;
@@ -86,12 +117,16 @@ struct PlaneSums {
 
   // a += g, b += g * xhat over the plane, xhat = (x - mean) * inv_std recomputed from x, g = dy
   // (with relu: where gamma xhat + beta, as normalize_plane rounds it, is > 0, else 0).
-  void add_sum_and_products(const float* x, const float* dy, std::int64_t n, const PlaneNorm& k) {
+  // Prefetches the planes at x_ahead and dy_ahead.
+  void add_sum_and_products(const float* x, const float* dy, std::int64_t n, const PlaneNorm& k,
+                            const float* x_ahead, const float* dy_ahead) {
 #if defined(DTRAIN_BATCH_NORM_AVX512)
     const __m512 mean = _mm512_set1_ps(k.mean), inv_std = _mm512_set1_ps(k.inv_std);
     const __m512 gamma = _mm512_set1_ps(k.gamma), beta = _mm512_set1_ps(k.beta);
     const __m512 zero = _mm512_setzero_ps();
     for (std::int64_t p = 0; p < n; p += 16) {
+      prefetch_line(x_ahead, p, n);
+      prefetch_line(dy_ahead, p, n);
       const __mmask16 mask = tail16(n - p);
       const __m512 h =
           _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + p), mean), inv_std);
@@ -105,6 +140,8 @@ struct PlaneSums {
                    _mm512_extractf32x8_ps(h, 0), _mm512_extractf32x8_ps(h, 1));
     }
 #else
+    (void)x_ahead;
+    (void)dy_ahead;
     for (std::int64_t p = 0; p < n; ++p) {
       const float h = (x[p] - k.mean) * k.inv_std;
       const double g = !k.relu || std::fma(k.gamma, h, k.beta) > 0.0f ? dy[p] : 0.0f;
@@ -170,8 +207,11 @@ struct PlaneSums {
 void sum_channel(const float* x, std::int64_t batch, std::int64_t features, std::int64_t plane,
                  std::int64_t c, ChannelStats& stats) {
   PlaneSums sums;
+  const std::int64_t distance = prefetch_distance(plane);
   for (std::int64_t b = 0; b < batch; ++b) {
-    sums.add_sum_and_squares(x + (b * features + c) * plane, plane);
+    const std::int64_t ahead = b + distance < batch ? b + distance : b;
+    sums.add_sum_and_squares(x + (b * features + c) * plane, plane,
+                             x + (ahead * features + c) * plane);
   }
   sums.totals(stats.sum[static_cast<std::size_t>(c)], stats.sum_sq[static_cast<std::size_t>(c)]);
 }
@@ -179,13 +219,16 @@ void sum_channel(const float* x, std::int64_t batch, std::int64_t features, std:
 // y = gamma * xhat + beta over one plane, with relu max(., 0) of it as one fma: backward recomputes
 // that fma for the mask and must get the same bits. With a residual s (non-null), then y =
 // max(y + s, 0), as tensor::add_relu(y, s) gives it.
+// Prefetches the planes at x_ahead and residual_ahead (null without a residual).
 void normalize_plane(const float* x, const float* residual, float* y, std::int64_t n,
-                     const PlaneNorm& k) {
+                     const PlaneNorm& k, const float* x_ahead, const float* residual_ahead) {
 #if defined(DTRAIN_BATCH_NORM_AVX512)
   const __m512 mean = _mm512_set1_ps(k.mean), inv_std = _mm512_set1_ps(k.inv_std);
   const __m512 gamma = _mm512_set1_ps(k.gamma), beta = _mm512_set1_ps(k.beta);
   const __m512 zero = _mm512_setzero_ps();
   for (std::int64_t p = 0; p < n; p += 16) {
+    prefetch_line(x_ahead, p, n);
+    if (residual != nullptr) prefetch_line(residual_ahead, p, n);
     const __mmask16 mask = tail16(n - p);
     const __m512 h =
         _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + p), mean), inv_std);
@@ -198,6 +241,8 @@ void normalize_plane(const float* x, const float* residual, float* y, std::int64
     _mm512_mask_storeu_ps(y + p, mask, v);
   }
 #else
+  (void)x_ahead;
+  (void)residual_ahead;
   for (std::int64_t p = 0; p < n; ++p) {
     const float v = std::fma(k.gamma, (x[p] - k.mean) * k.inv_std, k.beta);
     y[p] = !k.relu || v > 0.0f ? v : 0.0f;
@@ -211,14 +256,18 @@ void normalize_plane(const float* x, const float* residual, float* y, std::int64
 
 // dx = scale * (g - mean_dy - xhat * mean_dy_xhat) over one plane, xhat recomputed from x and g =
 // dy (where the fused ReLU's recomputed output is > 0 with relu, else 0).
+// Prefetches the planes at x_ahead and dy_ahead.
 void batch_norm_dx_plane(const float* x, const float* dy, float* dx, std::int64_t n,
-                         const PlaneNorm& k, float scale, float mean_dy, float mean_dy_xhat) {
+                         const PlaneNorm& k, float scale, float mean_dy, float mean_dy_xhat,
+                         const float* x_ahead, const float* dy_ahead) {
 #if defined(DTRAIN_BATCH_NORM_AVX512)
   const __m512 mean = _mm512_set1_ps(k.mean), inv_std = _mm512_set1_ps(k.inv_std);
   const __m512 gamma = _mm512_set1_ps(k.gamma), beta = _mm512_set1_ps(k.beta);
   const __m512 zero = _mm512_setzero_ps(), scale_v = _mm512_set1_ps(scale);
   const __m512 mean_dy_v = _mm512_set1_ps(mean_dy), mean_dy_xhat_v = _mm512_set1_ps(mean_dy_xhat);
   for (std::int64_t p = 0; p < n; p += 16) {
+    prefetch_line(x_ahead, p, n);
+    prefetch_line(dy_ahead, p, n);
     const __mmask16 mask = tail16(n - p);
     const __m512 h =
         _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + p), mean), inv_std);
@@ -230,6 +279,8 @@ void batch_norm_dx_plane(const float* x, const float* dy, float* dx, std::int64_
     _mm512_mask_storeu_ps(dx + p, mask, _mm512_mul_ps(scale_v, t));
   }
 #else
+  (void)x_ahead;
+  (void)dy_ahead;
   for (std::int64_t p = 0; p < n; ++p) {
     const float h = (x[p] - k.mean) * k.inv_std;
     const float g = !k.relu || std::fma(k.gamma, h, k.beta) > 0.0f ? dy[p] : 0.0f;
@@ -323,14 +374,17 @@ const tensor::Tensor& BatchNorm::forward(const tensor::Tensor& x, const ForwardC
   float* y = y_.data();
   const float* gamma = gamma_.data();
   const float* beta = beta_.data();
+  const std::int64_t distance = prefetch_distance(plane);
   const auto normalize_channel = [&](std::int64_t c) {
     const auto i = static_cast<std::size_t>(c);
     // Last image first: right after the channel's sums its last planes are the likeliest still in
     // cache (a ResNet's first stage has 400 KB per channel at batch 128, with L2 at 1 MB).
     for (std::int64_t b = batch - 1; b >= 0; --b) {
       const std::int64_t offset = (b * features_ + c) * plane;
+      const std::int64_t ahead = ((b >= distance ? b - distance : b) * features_ + c) * plane;
       normalize_plane(xd + offset, residual_ != nullptr ? residual_ + offset : nullptr, y + offset,
-                      plane, PlaneNorm{mean_[i], inv_std_[i], gamma[c], beta[c], relu_});
+                      plane, PlaneNorm{mean_[i], inv_std_[i], gamma[c], beta[c], relu_}, xd + ahead,
+                      residual_ != nullptr ? residual_ + ahead : nullptr);
     }
   };
   // The batch's mean and 1 / std of channel c from its sums; updates the running statistics.
@@ -414,6 +468,7 @@ const tensor::Tensor& BatchNorm::backward(const tensor::Tensor& dy, bool need_in
   const float* gamma = gamma_.data();
   const float* beta = beta_.data();
   const double n = static_cast<double>(count_);
+  const std::int64_t distance = prefetch_distance(plane);
   // xhat is recomputed from x (forward keeps no copy: one stream of B*C*H*W floats fewer
   // written there), and dy masked by the fused ReLU's recomputed output.
   const auto plane_norm = [&](std::int64_t c) {
@@ -431,8 +486,9 @@ const tensor::Tensor& BatchNorm::backward(const tensor::Tensor& dy, bool need_in
     // Last image first, as normalize_channel in forward (elementwise: the order changes no bits).
     for (std::int64_t b = batch - 1; b >= 0; --b) {
       const std::int64_t offset = (b * features_ + c) * plane;
+      const std::int64_t ahead = ((b >= distance ? b - distance : b) * features_ + c) * plane;
       batch_norm_dx_plane(xd + offset, g + offset, dx + offset, plane, k, scale, mean_dy,
-                          mean_dy_xhat);
+                          mean_dy_xhat, xd + ahead, g + ahead);
     }
   };
   // Without a reducer no channel waits for other ranks' sums, so each channel's dx follows its own
@@ -444,7 +500,9 @@ const tensor::Tensor& BatchNorm::backward(const tensor::Tensor& dy, bool need_in
     const PlaneNorm k = plane_norm(c);
     for (std::int64_t b = 0; b < batch; ++b) {
       const std::int64_t offset = (b * features_ + c) * plane;
-      sums.add_sum_and_products(xd + offset, g + offset, plane, k);
+      const std::int64_t ahead =
+          ((b + distance < batch ? b + distance : b) * features_ + c) * plane;
+      sums.add_sum_and_products(xd + offset, g + offset, plane, k, xd + ahead, g + ahead);
     }
     sums.totals(sum_dy_[static_cast<std::size_t>(c)], sum_dy_xhat_[static_cast<std::size_t>(c)]);
     if (dx_with_sums) channel_dx(c);

@@ -29,8 +29,10 @@
 // not stored: backward recomputes it from a view of x, the same bits); channels are split over the
 // compute pool. Without a reducer each channel is normalized right after its sums (forward) and its
 // dx follows its sums (backward) while its B*H*W values are still in L2, so the second read of
-// each comes from cache. With a fused ReLU (set_fused_relu) the mask comes from the recomputed
-// gamma xhat + beta (one fma, as forward rounds it), not from a stored output.
+// each comes from cache. A channel's planes are F planes apart, so every pass prefetches the planes
+// it reads next (batch_norm.cc: the hardware prefetchers restart at each plane). With a fused ReLU
+// (set_fused_relu) the mask comes from the recomputed gamma xhat + beta (one fma, as forward rounds
+// it), not from a stored output.
 #pragma once
 
 #include <cstdint>

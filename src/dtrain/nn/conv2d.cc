@@ -9,6 +9,7 @@
 #include "dtrain/base/error.h"
 #include "dtrain/base/thread_pool.h"
 #include "dtrain/tensor/conv_direct.h"
+#include "dtrain/tensor/elementwise.h"
 #include "dtrain/tensor/gemm_serial.h"
 #include "dtrain/tensor/im2col_padded.h"
 #include "dtrain/tensor/im2col_strided.h"
@@ -196,6 +197,20 @@ const tensor::Tensor& Conv2d::forward(const tensor::Tensor& x, const ForwardCont
 }
 
 const tensor::Tensor& Conv2d::backward(const tensor::Tensor& dy, bool need_input_grad) {
+  return backward_impl(dy, need_input_grad, nullptr);
+}
+
+const tensor::Tensor& Conv2d::backward_add(const tensor::Tensor& dy, const tensor::Tensor& addend) {
+  DTRAIN_CHECK(addend.shape() == input_shape_ && addend.is_contiguous(),
+               "layer {}: addend shape {} differs from input shape {}", name(),
+               tensor::shape_str(addend.shape()), tensor::shape_str(input_shape_));
+  DTRAIN_CHECK(addend.data() != dx_.data() || dx_.numel() == 0,
+               "layer {}: the addend must not be this layer's own input gradient", name());
+  return backward_impl(dy, true, addend.data());
+}
+
+const tensor::Tensor& Conv2d::backward_impl(const tensor::Tensor& dy, bool need_input_grad,
+                                            const float* addend) {
   DTRAIN_CHECK(dy.shape() == y_.shape() && dy.is_contiguous(),
                "layer {}: dy shape {} differs from output shape {}", name(),
                tensor::shape_str(dy.shape()), tensor::shape_str(y_.shape()));
@@ -271,9 +286,11 @@ const tensor::Tensor& Conv2d::backward(const tensor::Tensor& dy, bool need_input
         for (std::int64_t f = 0; f < filters; ++f) db[f] += plane_sum(dy_b + f * pixels, pixels);
       }
       if (!need_input_grad) continue;
+      const float* addend_b = addend != nullptr ? addend + b * image_size : nullptr;
       if (dx_direct) {
+        // The addend is the sums' starting value.
         tensor::conv_direct_forward(dx_geometry, in_channels_, flipped_weight_.data(), nullptr,
-                                    dy_b, scratch, dx + b * image_size);
+                                    dy_b, scratch, dx + b * image_size, addend_b);
         continue;
       }
       tensor::gemm_serial(tensor::Trans::kYes, tensor::Trans::kNo, rows, pixels, filters, 1.0f, w,
@@ -284,6 +301,8 @@ const tensor::Tensor& Conv2d::backward(const tensor::Tensor& dy, bool need_input
       } else {
         tensor::col2im_strided(geometry_, dcols, scratch, image);
       }
+      // Added while the image's dx is still in cache (the bits of tensor::add over the batch).
+      if (addend_b != nullptr) tensor::add(image, addend_b, image, image_size);
     }
     if (direct) {
       tensor::conv_direct_reduce_lanes(weight_size, sums, dw);

@@ -12,8 +12,9 @@
 // y[b] and dy[b] are already (F, Q) matrices, so no reordering is needed. The weight gradient is
 // summed transposed (OpenBLAS runs that product faster at LeNet's conv2) and added to dW once per
 // part. With stride 1 and 16 < OW <= 32 on an AVX-512 build (LeNet's conv1, CIFAR first layers)
-// forward and dW skip im2col and GEMM: conv_direct computes them from a padded copy of the image at
-// near the FMA peak, its dW as 16 partial sums per weight, folded once per part. dx of a stride-1
+// forward and dW skip im2col and GEMM: conv_direct computes them straight from the image (dW from
+// shifted copies of it) near the FMA peak, its dW as 16 partial sums per weight, folded once per
+// part. dx of a stride-1
 // layer is itself a stride-1 convolution, of dy with the kernel flipped and transposed to (C, F, K,
 // K) and padding K - 1 - P; where conv_direct supports that geometry (16 < W <= 32: a ResNet's
 // first stage) it computes dx straight from dy, without dcols or col2im.
@@ -60,6 +61,11 @@ class Conv2d : public Layer {
 
   const tensor::Tensor& forward(const tensor::Tensor& x, const ForwardContext& ctx) override;
   const tensor::Tensor& backward(const tensor::Tensor& dy, bool need_input_grad) override;
+  // backward(dy, true), with addend (the input's shape, contiguous, not this layer's own dx) added
+  // into the returned input gradient: a residual block's sum of its two branches' dx without a pass
+  // of its own. With the direct dx kernel the addend is the sums' starting value; otherwise each
+  // image's dx gets it added right after col2im, while in cache (the bits of tensor::add).
+  const tensor::Tensor& backward_add(const tensor::Tensor& dy, const tensor::Tensor& addend);
 
   std::int64_t in_channels() const { return in_channels_; }
   std::int64_t out_channels() const { return out_channels_; }
@@ -72,6 +78,9 @@ class Conv2d : public Layer {
   const tensor::Tensor& bias() const { return bias_; }
 
  private:
+  // backward and backward_add: addend (B, C, H, W) or null is added into dx.
+  const tensor::Tensor& backward_impl(const tensor::Tensor& dy, bool need_input_grad,
+                                      const float* addend);
   // cols (R, Q) of one image (C, H, W): im2col_padded for stride 1, im2col_strided otherwise
   // (scratch: one part's row of scratch_).
   void lower(const float* image, float* scratch, float* cols) const;

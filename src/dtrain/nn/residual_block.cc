@@ -117,24 +117,29 @@ const tensor::Tensor& ResidualBlock::backward(const tensor::Tensor& dy, bool nee
       tensor::relu_backward(y + begin, in + begin, g + begin, end - begin);
     });
   }
-  // Main branch, last layer first.
-  // bn1's backward applies its fused ReLU's mask to dr.
+  // Main branch, last layer first. bn1's backward applies its fused ReLU's mask to dr.
   const tensor::Tensor& dr = conv2_->backward(bn2_->backward(g_, true), true);
-  const tensor::Tensor& dx_main = conv1_->backward(bn1_->backward(dr, true), need_input_grad);
-  // The shortcut gets g too; its parameters need gradients even when x does not.
-  const tensor::Tensor* dx_shortcut = &g_;
-  if (has_projection()) {
-    dx_shortcut = &shortcut_conv_->backward(shortcut_bn_->backward(g_, true), need_input_grad);
+  const tensor::Tensor& dz = bn1_->backward(dr, true);
+  // The two branches' dx are summed by the last convolution to run, through Conv2d::backward_add
+  // (no separate pass over dx, B*C*H*W floats read twice and written once): with the identity
+  // shortcut conv1 adds g (the direct dx kernel's starting value at stage 1); with a projection
+  // the shortcut's conv adds conv1's dx image by image after its col2im. The shortcut runs last,
+  // as before, so that its reads of x follow conv1's while x is still cached. Its parameters need
+  // gradients even when x does not.
+  if (!has_projection()) {
+    if (!need_input_grad) {
+      conv1_->backward(dz, false);
+      return none_;
+    }
+    return conv1_->backward_add(dz, g_);
   }
-  if (!need_input_grad) return none_;
-  dx_.ensure_shape(x_.shape());
-  const float* a = dx_main.data();
-  const float* b = dx_shortcut->data();
-  float* dx = dx_.data();
-  for_each_range(dx_.numel(), [&](std::int64_t begin, std::int64_t end) {
-    tensor::add(a + begin, b + begin, dx + begin, end - begin);
-  });
-  return dx_;
+  const tensor::Tensor& dx_main = conv1_->backward(dz, need_input_grad);
+  const tensor::Tensor& ds = shortcut_bn_->backward(g_, true);
+  if (!need_input_grad) {
+    shortcut_conv_->backward(ds, false);
+    return none_;
+  }
+  return shortcut_conv_->backward_add(ds, dx_main);
 }
 
 std::vector<Layer*> ResidualBlock::sublayers() {

@@ -8,12 +8,14 @@
 // convolutions have no bias (the batch norm after each has one). Sub-layers are named after the
 // block: "<name>.conv1", "<name>.bn1", "<name>.conv2", "<name>.bn2", "<name>.shortcut_conv",
 // "<name>.shortcut_bn", so their tensors are "block1.conv1.weight" and so on.
-// Backward: g = dy * [y > 0] flows into both branches; dx is the sum of the main branch's dx and
-// the shortcut's (g itself for the identity). The ReLU at 0 takes its left derivative, 0, as
-// nn::Activation does. The ReLU after bn1 runs inside bn1 (BatchNorm::set_fused_relu): its output
-// and mask in the batch norm's own passes.
-// Cost: two 3x3 convolutions (2 * B * OH*OW * 9 * (C*F + F*F) FLOPs forward), plus F*C*OH*OW*2*B
-// for a projection, and a few element-wise passes.
+// Backward: g = dy * [y > 0] flows into both branches (the main branch first); dx is the sum of
+// the main branch's dx and the shortcut's (g itself for the identity), added by the convolution
+// that runs last (Conv2d::backward_add: conv1 with the identity, whose direct dx kernel at the
+// first stage starts its sums from g; the projection's conv otherwise). The ReLU
+// at 0 takes its left derivative, 0, as nn::Activation does. The ReLU after bn1 runs inside bn1
+// (BatchNorm::set_fused_relu): its output and mask in the batch norm's own passes. Cost: two 3x3
+// convolutions (2 * B * OH*OW * 9 * (C*F + F*F) FLOPs forward), plus F*C*OH*OW*2*B for a
+// projection, and a few element-wise passes.
 #pragma once
 
 #include <cstdint>
@@ -54,10 +56,9 @@ class ResidualBlock : public Layer {
   std::int64_t stride_;
   std::unique_ptr<Conv2d> conv1_, conv2_, shortcut_conv_;
   std::unique_ptr<BatchNorm> bn1_, bn2_, shortcut_bn_;
-  tensor::Tensor x_;   // view of the last input (the identity shortcut)
-  tensor::Tensor y_;   // (B, F, OH, OW)
-  tensor::Tensor g_;   // dy * [y > 0]
-  tensor::Tensor dx_;  // (B, C, H, W)
+  tensor::Tensor x_;  // view of the last input (the identity shortcut)
+  tensor::Tensor y_;  // (B, F, OH, OW)
+  tensor::Tensor g_;  // dy * [y > 0]
   tensor::Tensor none_;
 };
 

@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <typeinfo>
+
 #include "dtrain/base/error.h"
 #include "dtrain/base/thread_pool.h"
+#include "dtrain/nn/conv2d.h"
 #include "dtrain/tensor/elementwise.h"
 
 namespace dtrain::nn {
@@ -115,14 +118,27 @@ const tensor::Tensor& ResidualGroup::backward(const tensor::Tensor& dy, bool nee
   const tensor::Tensor& g = act_ ? act_->backward(dy, true) : dy;
   // Body, last layer first; its first layer needs dx only when the group's input does.
   const tensor::Tensor* d = &g;
-  for (std::size_t i = body_.size(); i-- > 0;) {
-    d = &body_[i]->backward(*d, i > 0 || need_input_grad);
+  for (std::size_t i = body_.size(); i-- > 1;) d = &body_[i]->backward(*d, true);
+  Layer& first = *body_.front();
+  // The branches' dx are summed by a plain Conv2d where one runs last (Conv2d::backward_add, as
+  // nn::ResidualBlock does: the same bits, no separate pass): the body's first layer with the
+  // identity shortcut, the shortcut's first layer otherwise.
+  const auto plain_conv = [](Layer& layer) { return typeid(layer) == typeid(Conv2d); };
+  if (need_input_grad && shortcut_.empty() && plain_conv(first)) {
+    return static_cast<Conv2d&>(first).backward_add(*d, g);
   }
-  const tensor::Tensor* dx_body = d;
+  const tensor::Tensor* dx_body = &first.backward(*d, need_input_grad);
   // The shortcut gets g too; its parameters need gradients even when x does not.
   const tensor::Tensor* dx_shortcut = &g;
-  for (std::size_t i = shortcut_.size(); i-- > 0;) {
-    dx_shortcut = &shortcut_[i]->backward(*dx_shortcut, i > 0 || need_input_grad);
+  for (std::size_t i = shortcut_.size(); i-- > 1;) {
+    dx_shortcut = &shortcut_[i]->backward(*dx_shortcut, true);
+  }
+  if (!shortcut_.empty()) {
+    Layer& entry = *shortcut_.front();
+    if (need_input_grad && plain_conv(entry)) {
+      return static_cast<Conv2d&>(entry).backward_add(*dx_shortcut, *dx_body);
+    }
+    dx_shortcut = &entry.backward(*dx_shortcut, need_input_grad);
   }
   if (!need_input_grad) return none_;
   dx_.ensure_shape(x_.shape());

@@ -6,11 +6,13 @@
 //   shortcut: x, or x -> shortcut[0] -> ... -> shortcut[k-1] (a projection) = s   (same shape as m)
 //   y = act(m + s), act an Activation or none
 // Backward: g = act'(dy) flows into both branches, last layer first; dx = dx_body + dx_shortcut
-// (g itself for the identity). Init draws from one stream in order: body layers, then shortcut
-// layers. So with body conv3x3, batch_norm, relu, conv3x3, batch_norm, a shortcut conv1x1,
-// batch_norm (or none) and act relu, this computes what ResidualBlock computes, bit for bit, and
-// initialises from the same draws (tests/nn/layer_list_test.cc holds the two side by side).
-// Cost: the layers', plus one pass over y for the sum and one for dx.
+// (g itself for the identity), summed by a plain Conv2d that runs last where there is one
+// (Conv2d::backward_add: the body's first layer with the identity, the shortcut's otherwise). Init
+// draws from one stream in order: body layers, then shortcut layers. So with body conv3x3,
+// batch_norm, relu, conv3x3, batch_norm, a shortcut conv1x1, batch_norm (or none) and act relu,
+// this computes what ResidualBlock computes, bit for bit, and initialises from the same draws
+// (tests/nn/layer_list_test.cc holds the two side by side). Cost: the layers', plus one pass over y
+// for the sum and one for dx (none where a plain Conv2d runs last).
 #pragma once
 
 #include <memory>

@@ -5,10 +5,13 @@
 // it far below peak after im2col has copied the image 25 times, and the weight gradient (F, Q) x
 // (Q, R) goes through its packing path.
 //
-// Both kernels work on one image through shifted copies in scratch (C, KW, H + 2P, 32): for each
-// kernel column j, every padded row shifted left by j and cut to OW, built straight from the image
-// with masked loads (zeros where the padding is), so that a row is two aligned vectors, the second
-// masked to OW - 16 lanes:
+// Both kernels work on one image. The weight gradient and the forward of most shapes read shifted
+// copies in scratch (C, KW, H + 2P, 32): for each kernel column j, every padded row shifted left by
+// j and cut to OW, built straight from the image with masked loads (zeros where the padding is), so
+// that an output row is two aligned vectors, the second masked to OW - 16 lanes. The forward of a
+// "same" convolution (OH = H, OW = W) with filters in groups of 8 (ResNet's 3x3 layers, padding 1)
+// reads the image itself instead, as flat planes of H*W pixels, 32 at a time across row ends, with
+// one load mask per tap and vector for the padding (no copy; 2% of lanes idle at 28x28, not 12.5%):
 //   forward      y[f, oh, :] = bias[f] + sum_{c,i,j} w[f, c, i, j] * pad[c, oh + i, j : j + OW]
 //                8 filters at a time when F is a multiple of 8 (ResNet), else 6 (LeNet): 16 or
 //                12 accumulators, one broadcast weight and two loads per 16 or 12 FMAs; cost
@@ -40,9 +43,12 @@ bool conv_direct_supported(const ConvGeometry& g);
 // Floats of scratch the kernels need: the shifted copies.
 std::int64_t conv_direct_scratch_size(const ConvGeometry& g);
 
-// image (C, H, W), weight (F, C, KH, KW), bias (F) or null -> y (F, OH, OW), overwritten.
+// image (C, H, W), weight (F, C, KH, KW), bias (F) or null -> y (F, OH, OW), overwritten; with
+// addend (F, OH, OW) not null, y = addend + bias + the convolution, the addend being the sums'
+// starting value (nn::Conv2d adds a residual block's identity-shortcut gradient into dx so).
 void conv_direct_forward(const ConvGeometry& g, std::int64_t filters, const float* weight,
-                         const float* bias, const float* image, float* scratch, float* y);
+                         const float* bias, const float* image, float* scratch, float* y,
+                         const float* addend = nullptr);
 
 // image (C, H, W), dy (F, OH, OW) -> lanes (F*C*KH*KW, kConvDirectLanes), ADDED to.
 void conv_direct_weight_grad(const ConvGeometry& g, std::int64_t filters, const float* dy,

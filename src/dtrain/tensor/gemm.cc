@@ -6,6 +6,9 @@
 
 #include "dtrain/base/thread_pool.h"
 
+// OpenBLAS's pthread build (openblas-pthread) exports it; other builds may not: weak.
+extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
+
 namespace dtrain::tensor {
 namespace {
 
@@ -29,6 +32,10 @@ void sgemm(Trans trans_a, Trans trans_b, std::int64_t m, std::int64_t n, std::in
 constexpr std::int64_t kMinFlopsPerSlice = 1 << 18;
 
 }  // namespace
+
+void stop_blas_threads() {
+  if (blas_thread_shutdown_ != nullptr) blas_thread_shutdown_();
+}
 
 void gemm(Trans trans_a, Trans trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
           float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,

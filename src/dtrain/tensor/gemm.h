@@ -21,6 +21,12 @@ void gemm(Trans trans_a, Trans trans_b, std::int64_t m, std::int64_t n, std::int
           float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
           float beta, float* c, std::int64_t ldc);
 
+// Ends the threads OpenBLAS started for itself (the pthread build starts them when it is loaded;
+// dtrain never uses them, see above), so that a process can fork with one thread (a fork server's
+// template, train/fork_server.h). They are started again if OpenBLAS is ever asked for threads.
+// Nothing with an OpenBLAS build that has no such threads.
+void stop_blas_threads();
+
 void gemm_naive(Trans trans_a, Trans trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                 float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
                 float beta, float* c, std::int64_t ldc);

@@ -5,6 +5,7 @@
 #include <new>
 
 #include "dtrain/base/error.h"
+#include "dtrain/base/shared_scratch.h"
 
 namespace dtrain::tensor {
 namespace {
@@ -24,6 +25,12 @@ std::shared_ptr<float> allocate(std::int64_t numel) {
   std::size_t bytes = static_cast<std::size_t>(numel) * sizeof(float);
   bytes = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   if (bytes == 0) bytes = kAlignment;
+  // In a fork server's template and workers, big blocks come from the shared scratch arena
+  // (base/shared_scratch.h: pages a forked worker finds populated); elsewhere from the heap.
+  if (void* shared = shared_scratch::allocate(bytes)) {
+    return std::shared_ptr<float>(static_cast<float*>(shared),
+                                  [bytes](float* p) { shared_scratch::release(p, bytes); });
+  }
   void* memory = std::aligned_alloc(kAlignment, bytes);
   if (memory == nullptr) throw std::bad_alloc();
   return std::shared_ptr<float>(static_cast<float*>(memory), [](float* p) { std::free(p); });

@@ -26,6 +26,7 @@
 #include "dtrain/comm/spawn_ranks.h"
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/train/atomic_file.h"
+#include "dtrain/train/fork_server.h"
 #include "dtrain/train/memory_budget.h"
 #include "dtrain/train/standby.h"
 #include "dtrain/train/strategy_registry.h"
@@ -216,7 +217,8 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
   // long as every other wait of the run.
   if (comm::launched_by_mpirun()) comm::set_mpi_start_timeout(comm_options(config).timeout);
   // (A warm standby says nothing: the run it stands by for has said it.)
-  if (!is_standby() && (!comm::launched_by_mpirun() || comm::mpi_world_rank() == 0)) {
+  if (!is_standby() && !is_fork_template() &&
+      (!comm::launched_by_mpirun() || comm::mpi_world_rank() == 0)) {
     for (const std::string& ignored : ignored_settings(config)) log::warn("{}", ignored);
   }
   const StrategyInfo& strategy = find_strategy(config.parallel.strategy);
@@ -225,10 +227,21 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
   // parameter servers, federated averaging) waits here, before anything runs: a server would
   // start serving, a Hogwild! thread training. The others wait in Trainer::run, built and warm.
   if (strategy.run_whole || strategy.run_rank) wait_until_activated();
+  const int workers = strategy.run_whole || comm::launched_by_mpirun() ? 0
+                      : strategy.thread_ranks ? strategy.thread_ranks(config)
+                                              : static_cast<int>(config.parallel.workers);
+  // A fork server's template (fork_server.h) forks where the run's one Trainer runs on this
+  // thread; any other run would fork a process whose ranks are threads, or not a Trainer.
+  if (is_fork_template() && (workers != 1 || strategy.run_rank)) {
+    refuse_fork_template(
+        fmt::format("it serves runs of one worker whose ranks are a Trainer, and this one runs {}",
+                    strategy.run_whole || strategy.run_rank
+                        ? fmt::format("parallel.strategy = \"{}\"", config.parallel.strategy)
+                    : comm::launched_by_mpirun() ? std::string("under mpirun")
+                                                 : fmt::format("{} ranks as threads", workers)));
+  }
   if (strategy.run_whole) return strategy.run_whole(config, options);
   if (comm::launched_by_mpirun()) return run_under_mpi(config, options);
-  const int workers = strategy.thread_ranks ? strategy.thread_ranks(config)
-                                            : static_cast<int>(config.parallel.workers);
   if (workers == 1 && !strategy.run_rank) {
     return with_in_process_restarts(config, options, [&](const TrainerOptions& attempt) {
       Trainer trainer(config, attempt);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
 #include "dtrain/base/stop_request.h"
+#include "dtrain/base/timeline.h"
 #include "dtrain/base/timer.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/checkpoint_dir.h"
@@ -35,23 +37,25 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr double kMaxBackoffSeconds = 30.0;
-// How often the supervisor looks at its child: a death is seen within this (about 0.1% of a
-// core's time spent looking).
+// How often the supervisor looks at its child (about 0.1% of a core's time spent looking); a death
+// is seen at once (SIGCHLD ends the wait), this is for the rest (stop requests, upkeep).
 constexpr auto kPoll = std::chrono::milliseconds(10);
 
-// The fd a standby reads its activation from (standby.h): the pipe's read end, dup2-ed here.
+// The fd a standby reads its activation from (standby.h): the pipe's read end, dup2-ed here; a
+// fork server's template reads its requests there and writes its workers' pids to the next one.
 constexpr int kStandbyFd = 3;
 
-// Starts `argv` with the supervisor's environment plus DTRAIN_ERROR_FILE; returns its pid.
-// `standby_read_fd` >= 0: the child is a warm standby reading its activation from that pipe end
-// (as fd kStandbyFd, named by DTRAIN_STANDBY_FD).
+// Starts `argv` with the supervisor's environment plus DTRAIN_ERROR_FILE and `extra_env`; returns
+// its pid. `fds`: pipe ends the child gets as fds 3, 4, ... (dup2-ed; all others the supervisor
+// opens are close-on-exec).
 pid_t start_child(const std::vector<std::string>& argv, const std::string& error_file,
-                  int standby_read_fd = -1) {
+                  const std::vector<int>& fds = {},
+                  const std::vector<std::string>& extra_env = {}) {
   std::vector<char*> args = env::c_strings(argv);
   std::vector<std::string> env_strings =
-      env::environment_without({"DTRAIN_ERROR_FILE", "DTRAIN_STANDBY_FD"});
+      env::environment_without({"DTRAIN_ERROR_FILE", "DTRAIN_STANDBY_FD", "DTRAIN_FORK_SERVER"});
   env_strings.push_back("DTRAIN_ERROR_FILE=" + error_file);
-  if (standby_read_fd >= 0) env_strings.push_back(fmt::format("DTRAIN_STANDBY_FD={}", kStandbyFd));
+  env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
   std::vector<char*> env = env::c_strings(env_strings);
   // The child gets a process group of its own: a Ctrl-C at the terminal or a scheduler's signal
   // to the supervisor's group reaches the supervisor alone, which passes it on once. Delivered to
@@ -61,12 +65,14 @@ pid_t start_child(const std::vector<std::string>& argv, const std::string& error
   posix_spawnattr_init(&attributes);
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
   posix_spawnattr_setpgroup(&attributes, 0);
-  // The pipe is opened close-on-exec, so that only the standby holds its read end (dup2 clears
-  // the flag on the copy) and no other child holds the write end (the standby sees EOF when the
-  // supervisor goes away).
+  // The pipes are opened close-on-exec, so that only this child holds its ends (dup2 clears the
+  // flag on the copy) and no other child holds the supervisor's ends (a standby or a template
+  // sees EOF when the supervisor goes away).
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  if (standby_read_fd >= 0) posix_spawn_file_actions_adddup2(&actions, standby_read_fd, kStandbyFd);
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    posix_spawn_file_actions_adddup2(&actions, fds[i], kStandbyFd + static_cast<int>(i));
+  }
   pid_t pid = 0;
   const int rc = posix_spawnp(&pid, args[0], &actions, &attributes, args.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
@@ -74,6 +80,7 @@ pid_t start_child(const std::vector<std::string>& argv, const std::string& error
   if (rc != 0) {
     throw Error(fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
   }
+  timeline_mark(fmt::format("supervisor started pid {}", pid));
   return pid;
 }
 
@@ -93,7 +100,8 @@ Standby start_standby(const std::vector<std::string>& command, const std::string
   }
   Standby standby;
   try {
-    standby.pid = start_child(command, error_file, fds[0]);
+    standby.pid = start_child(command, error_file, {fds[0]},
+                              {fmt::format("DTRAIN_STANDBY_FD={}", kStandbyFd)});
   } catch (...) {
     close(fds[0]);
     close(fds[1]);
@@ -125,6 +133,71 @@ void dismiss(Standby& standby) {
   standby = Standby{};
 }
 
+// A fork server (fork_server.h): the template, the pipes to it, the command it runs, and the
+// worker it forked that is ready to be woken.
+struct ForkServer {
+  pid_t pid = -1;
+  int command_fd = -1;  // write end: 'f' asks for a worker
+  int ready_fd = -1;    // read end (non-blocking): a ready worker's pid
+  std::vector<std::string> command;
+  std::string error_file;  // its own DTRAIN_ERROR_FILE, inherited by its workers
+  pid_t ready = -1;        // a forked worker waiting for SIGUSR1
+  bool asked = false;      // a worker was asked for and has not said it is ready
+};
+
+ForkServer start_fork_server(const std::vector<std::string>& command,
+                             const std::string& error_file) {
+  int requests[2];
+  int replies[2];
+  if (pipe2(requests, O_CLOEXEC) != 0) {
+    throw Error(
+        fmt::format("supervisor: cannot make the fork server's pipe: {}", std::strerror(errno)));
+  }
+  if (pipe2(replies, O_CLOEXEC) != 0) {
+    const int error = errno;
+    close(requests[0]);
+    close(requests[1]);
+    throw Error(
+        fmt::format("supervisor: cannot make the fork server's pipe: {}", std::strerror(error)));
+  }
+  // The supervisor looks at its end at each poll; the workers' end blocks (8 bytes at a time).
+  fcntl(replies[0], F_SETFL, O_NONBLOCK);
+  ForkServer server;
+  try {
+    server.pid = start_child(
+        command, error_file, {requests[0], replies[1]},
+        {fmt::format("DTRAIN_FORK_SERVER={},{},{}", kStandbyFd, kStandbyFd + 1, getpid())});
+  } catch (...) {
+    for (const int fd : {requests[0], requests[1], replies[0], replies[1]}) close(fd);
+    throw;
+  }
+  close(requests[0]);
+  close(replies[1]);
+  server.command_fd = requests[1];
+  server.ready_fd = replies[0];
+  server.command = command;
+  server.error_file = error_file;
+  return server;
+}
+
+// Ends a fork server: its ready worker killed and reaped, its pipe closed (the template exits at
+// EOF), the template killed and reaped.
+void dismiss(ForkServer& server) {
+  if (server.ready > 0) {
+    kill(server.ready, SIGKILL);
+    reap(server.ready);
+  }
+  if (server.command_fd >= 0) close(server.command_fd);
+  if (server.ready_fd >= 0) close(server.ready_fd);
+  if (server.pid > 0) {
+    kill(server.pid, SIGKILL);
+    reap(server.pid);
+  }
+  std::error_code ec;
+  fs::remove(server.error_file, ec);
+  server = ForkServer{};
+}
+
 // Waits for `pid`, passing on the first SIGTERM / SIGINT the supervisor receives; returns the
 // wait status and sets `forwarded` to the signal passed on (0: none). `grow`: when it returns
 // true, the child is asked to stop (SIGTERM) once, and `growing` is set. `poll`: called at each
@@ -149,9 +222,15 @@ int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, boo
       forwarded = stop_requested();
       kill(pid, forwarded);
     }
-    std::this_thread::sleep_for(kPoll);
+    // One nanosleep, not sleep_for (which sleeps on after a signal): the SIGCHLD handler
+    // (supervise) ends it when a child dies, so that a death is seen at once, not up to kPoll late.
+    timespec pause{0, std::chrono::duration_cast<std::chrono::nanoseconds>(kPoll).count()};
+    nanosleep(&pause, nullptr);
   }
 }
+
+// Does nothing: its delivery ends the supervisor's nanosleep (wait_child).
+void on_child_signal(int) {}
 
 // The last line of `path` that starts with "error:", or "".
 std::string last_error_line(const std::string& path) {
@@ -277,6 +356,22 @@ int supervise(const SupervisorOptions& options) {
   pid_t activated = -1;                     // the standby that took over from the last attempt
   std::string attempt_errors = error_file;  // the running child's DTRAIN_ERROR_FILE
   int standbys_started = 0;
+  // The fork server, dismissed on every way out of supervision as well.
+  ForkServer server;
+  struct ServerDismisser {
+    ForkServer& server;
+    ~ServerDismisser() { dismiss(server); }
+  } server_dismisser{server};
+  bool server_failed = false;  // a template that ended by itself is not started again
+  // A death ends the wait at once (wait_child); SA_RESTART keeps other calls going.
+  struct sigaction on_child {};
+  on_child.sa_handler = on_child_signal;
+  on_child.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  sigemptyset(&on_child.sa_mask);
+  sigaction(SIGCHLD, &on_child, nullptr);
+  // The fork server's workers are forked by the template's child, which exits at once: this
+  // process adopts them (a child subreaper), so that it waits for them as for any child.
+  if (options.fork_server) prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
   const fs::path resolved = fs::path(options.run_dir) / "resolved.toml";
   for (int restart = 0;; ++restart) {
     const int launch = restart + grows;  // restarts so far, of either kind
@@ -327,7 +422,55 @@ int supervise(const SupervisorOptions& options) {
         }
       };
     }
+    if (options.fork_server) {
+      upkeep = [&] {
+        if (server.pid > 0) {
+          int status = 0;
+          if (waitpid(server.pid, &status, WNOHANG) == server.pid) {
+            server.pid = -1;  // reaped
+            dismiss(server);
+            server_failed = true;
+            log::warn(
+                "supervisor: the fork server ended with {} before it was needed; restarts start "
+                "a new process (see the message above)",
+                describe_wait_status(status));
+            return;
+          }
+          std::int64_t ready = 0;
+          while (read(server.ready_fd, &ready, sizeof(ready)) ==
+                 static_cast<ssize_t>(sizeof(ready))) {
+            server.ready = static_cast<pid_t>(ready);
+            server.asked = false;
+          }
+          // A waiting worker that ended (killed from outside): reaped, and another asked for.
+          if (server.ready > 0 && waitpid(server.ready, &status, WNOHANG) == server.ready) {
+            log::warn("supervisor: the fork server's waiting worker ended with {}; forking another",
+                      describe_wait_status(status));
+            server.ready = -1;
+          }
+          if (server.ready < 0 && !server.asked &&
+              attempt.seconds() >= options.warm_standby_after_seconds) {
+            const char request = 'f';
+            server.asked = write(server.command_fd, &request, 1) == 1;
+          }
+          return;
+        }
+        if (server_failed || attempt.seconds() < options.warm_standby_after_seconds ||
+            !fs::exists(resolved, ec)) {
+          return;
+        }
+        try {
+          const std::string own = fmt::format("{}.fork-server", error_file);
+          fs::remove(own, ec);
+          server = start_fork_server(options.restart_command(launch + 1, -1), own);
+        } catch (const Error& e) {
+          server_failed = true;
+          log::warn("supervisor: no fork server: {}", e.what());
+        }
+      };
+    }
     const int status = wait_child(pid, forwarded, grow, growing, upkeep);
+    timeline_mark(fmt::format("supervisor saw the end of pid {}", pid));
     const double ran = attempt.seconds();
     // A run that wrote its summary.json during this attempt had finished: a process that died
     // after that (an mpirun job torn down at its end, a grow stop that came too late) costs
@@ -413,6 +556,8 @@ int supervise(const SupervisorOptions& options) {
     record["command"] = command;
     const bool warm = standby.pid >= 0 && standby.command == command;
     record["warm_standby"] = warm;
+    const bool forked = server.ready > 0 && server.command == command;
+    record["fork_server"] = forked;
     {
       std::ofstream out(log_path, std::ios::app);
       out << record.dump() << "\n";
@@ -425,13 +570,40 @@ int supervise(const SupervisorOptions& options) {
         options.max_restarts, backoff,
         record["checkpoint"].is_string() ? record["checkpoint"].get<std::string>()
                                          : std::string("the beginning"),
-        warm ? " by the warm standby" : "", log_path);
+        warm     ? " by the warm standby"
+        : forked ? " by a worker of the fork server"
+                 : "",
+        log_path);
     Stopwatch waited;
     while (waited.seconds() < backoff) {
       if (stop_requested() != 0) return 128 + stop_requested();
       std::this_thread::sleep_for(kPoll);
     }
-    if (warm) {
+    if (forked) {
+      // SIGUSR1 wakes it; it then reads the newest checkpoint there is now. One that ended during
+      // the back-off is reaped here and a new process starts instead.
+      int ended = 0;
+      const pid_t worker = server.ready;
+      server.ready = -1;
+      server.asked = false;
+      const bool alive = waitpid(worker, &ended, WNOHANG) == 0;
+      fs::remove(server.error_file, ec);
+      if (alive && kill(worker, SIGUSR1) == 0) {
+        activated = worker;
+        attempt_errors = server.error_file;
+        fs::remove(error_file, ec);
+        timeline_mark(fmt::format("supervisor woke the forked worker {}", worker));
+      } else {
+        log::warn(
+            "supervisor: the fork server's worker could not be woken ({}); starting a new "
+            "process",
+            alive ? std::strerror(errno) : describe_wait_status(ended));
+        if (alive) {
+          kill(worker, SIGKILL);
+          reap(worker);
+        }
+      }
+    } else if (warm) {
       // One byte wakes it; it then reads the newest checkpoint there is now. One that ended
       // during the back-off is reaped here and a new process starts instead.
       const char go = 'g';

@@ -52,6 +52,12 @@ struct SupervisorOptions {
   // starting a process. Not with elastic membership or a launcher (restart_command must not
   // depend on the failure). Restarts it served are logged with "warm_standby": true.
   bool warm_standby = false;
+  // Fork server (fork_server.h): once the run folder holds resolved.toml and the running child has
+  // run warm_standby_after_seconds, start one template process of restart_command(k, -1) and keep
+  // one worker forked from it and waiting; a restart whose command is the template's wakes that
+  // worker (SIGUSR1) instead of starting a process. Not with warm_standby, elastic membership or
+  // a launcher. Restarts it served are logged with "fork_server": true.
+  bool fork_server = false;
   double warm_standby_after_seconds = 1.0;
   std::string run_dir;  // holds restarts.jsonl, metrics.jsonl and checkpoints/
   int max_restarts = 0;

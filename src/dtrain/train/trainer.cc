@@ -12,17 +12,21 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
+#include "dtrain/base/shared_scratch.h"
 #include "dtrain/base/stop_request.h"
 #include "dtrain/base/thread_pool.h"
+#include "dtrain/base/timeline.h"
 #include "dtrain/base/timer.h"
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/data/shuffled_sampler.h"
 #include "dtrain/nn/loss.h"
 #include "dtrain/parallel/rank_agreement.h"
+#include "dtrain/tensor/gemm.h"
 #include "dtrain/train/atomic_file.h"
 #include "dtrain/train/checkpoint_dir.h"
 #include "dtrain/train/checkpoint_writer.h"
 #include "dtrain/train/fault_injection.h"
+#include "dtrain/train/fork_server.h"
 #include "dtrain/train/memory_checkpoint.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/resume_records.h"
@@ -285,11 +289,36 @@ void Trainer::warm_up_as_standby() {
   store.zero_grads();
 }
 
+void Trainer::serve_as_fork_template() {
+  if (options_.comm != nullptr) {
+    refuse_fork_template("it serves runs of one worker, and this run's ranks are threads");
+  }
+  // The warm-up's activations, and every tensor of at least 64 KiB allocated from here on, in
+  // memory the template shares with the workers it forks (base/shared_scratch.h). Address space
+  // only: the arena takes pages as they are first written; past its end tensors use the heap.
+  constexpr std::size_t kArenaBytes = std::size_t{16} << 30;
+  if (!shared_scratch::install(kArenaBytes)) {
+    log::warn("fork server: no shared scratch arena (mmap failed); workers' first steps are cold");
+  }
+  warm_up_as_standby();
+  timeline_mark(
+      fmt::format("template warmed up ({} MB of shared scratch)", shared_scratch::used() >> 20));
+  // No thread may run across a fork: the compute pool's workers end here and are started again
+  // in each forked worker.
+  set_compute_threads(1);
+  tensor::stop_blas_threads();
+  serve_forks([] { shared_scratch::populate(); });
+  set_compute_threads(static_cast<int>(config_.train.threads));
+}
+
 RunSummary Trainer::run() {
   // A warm standby sleeps here, built, loaded and warmed up, until the supervisor needs it
   // (standby.h).
   if (is_standby()) warm_up_as_standby();
   wait_until_activated();
+  // A fork server's template (fork_server.h) stops here for good; its workers go on from here.
+  if (is_fork_template()) serve_as_fork_template();
+  timeline_mark("trainer ready");
   Stopwatch wall;
   const TrainSection& t = config_.train;
   const fs::path dir(options_.run_dir);
@@ -364,6 +393,7 @@ RunSummary Trainer::run() {
     for (const auto& named : checkpoint.optimizer_state)
       state.push_back({named.name, named.values});
     strategy_->restore_state(std::move(state), checkpoint.optimizer_steps, *optimizer_, path);
+    timeline_mark(fmt::format("checkpoint loaded (step {})", checkpoint.global_step));
     start_epoch = checkpoint.sampler_epoch;
     start_position = checkpoint.sampler_position;
     global_step = checkpoint.global_step;
@@ -701,6 +731,10 @@ RunSummary Trainer::run() {
       const double seconds = step_clock.seconds();
       step_seconds.push_back(seconds);
       ++global_step;
+      // Where a restart's time goes (docs/FAULTS.md): each step's end, with DTRAIN_TIMELINE.
+      if (timeline_enabled()) {
+        timeline_mark(fmt::format("step {} done ({:.3f} s)", global_step, seconds));
+      }
       inject_fault(fault, rank_, global_step, process_rank, dir.string());
       ++step_in_epoch;
       epoch_totals.samples += static_cast<double>(share);

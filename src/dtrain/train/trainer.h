@@ -128,6 +128,10 @@ class Trainer {
   // buffers and gradients are restored after, and the parameters are never stepped. Only where the
   // strategy's forward and backward talk to no other rank (Strategy::forward_backward_is_local).
   void warm_up_as_standby();
+  // In a fork server's template (fork_server.h): the warm-up with the activations in the shared
+  // scratch arena, then forks until the supervisor goes away; returns in each forked worker once
+  // it is woken, with its compute pool started again.
+  void serve_as_fork_template();
 
   Config config_;
   TrainerOptions options_;

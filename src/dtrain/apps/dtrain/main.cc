@@ -15,9 +15,11 @@
 #include "commands.h"
 #include "dtrain/base/allocator_tuning.h"
 #include "dtrain/base/error.h"
+#include "dtrain/base/timeline.h"
 #include "dtrain/comm/comm_error.h"
 #include "dtrain/comm/rank_threads.h"
 #include "dtrain/comm/transport/mpi/world.h"
+#include "dtrain/train/fork_server.h"
 #include "dtrain/train/standby.h"
 
 namespace {
@@ -102,7 +104,9 @@ int main(int argc, char** argv) {
   using dtrain::apps::Command;
   dtrain::apps::set_command_line(argc, argv);
   dtrain::tune_allocator_for_training();
-  dtrain::train::name_standby_process();  // a warm standby (train/standby.h) says so in ps
+  dtrain::timeline_mark("main");
+  dtrain::train::name_standby_process();        // a warm standby (train/standby.h) says so in ps
+  dtrain::train::name_fork_template_process();  // so does a fork server's template
   CLI::App app("dtrain: distributed training of neural networks", "dtrain");
   app.set_version_flag("--version", fmt::format("dtrain {}", dtrain::apps::kVersion));
   app.require_subcommand(1);

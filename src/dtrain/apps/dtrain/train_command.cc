@@ -77,6 +77,7 @@ struct TrainFlags {
   double grow_after = 30.0;
   std::string grow_when;
   bool warm_standby = false;
+  bool fork_server = false;
 };
 
 // The options only the supervisor reads, dropped from the child's command line.
@@ -85,7 +86,7 @@ constexpr const char* kSupervisorOptions[] = {"--max-restarts", "--restart-backo
                                               "--grow-when"};
 
 // The flags (no value) only the supervisor reads.
-constexpr const char* kSupervisorFlags[] = {"--warm-standby"};
+constexpr const char* kSupervisorFlags[] = {"--warm-standby", "--fork-server"};
 
 // `args` (argv as typed) without the supervisor's options and their values.
 std::vector<std::string> without_supervisor_options(const std::vector<std::string>& args) {
@@ -276,6 +277,16 @@ int supervise_training(const TrainFlags& flags, const std::string& run_dir,
           "the failure) or --mpirun (the job's processes are mpirun's)");
     }
     options.warm_standby = true;
+  }
+  if (flags.fork_server) {
+    if (elastic || !launcher.empty() || flags.warm_standby) {
+      throw ConfigError(
+          "--fork-server forks each restart from one template process of the run; it cannot be "
+          "combined with --min-workers / --max-workers (a restart's command depends on the "
+          "failure), --mpirun (the job's processes are mpirun's) or --warm-standby (one way to "
+          "have a process ready is enough)");
+    }
+    options.fork_server = true;
   }
   return train::supervise(options);
 }
@@ -578,6 +589,9 @@ int run_train(const TrainFlags& flags) {
   if (flags.warm_standby) {
     throw ConfigError("--warm-standby is the supervisor's: give --max-restarts N with it");
   }
+  if (flags.fork_server) {
+    throw ConfigError("--fork-server is the supervisor's: give --max-restarts N with it");
+  }
   if (!flags.mpirun.empty()) {
     throw ConfigError(
         "--mpirun names the launcher a supervised run restarts; give --max-restarts "
@@ -768,6 +782,11 @@ Command add_train_command(CLI::App& app) {
                 "--max-restarts: keep one resuming process ready (data loaded, model built, "
                 "asleep) beside the run, so that a restart wakes it instead of starting a new "
                 "one (docs/FAULTS.md); not with --mpirun or elastic workers");
+  sub->add_flag("--fork-server", flags->fork_server,
+                "--max-restarts: keep one template process of the run (data loaded, model built "
+                "and warmed up, asleep) and a worker forked from it, so that a restart wakes "
+                "that worker instead of starting a process (docs/FAULTS.md); runs of one worker, "
+                "not with --mpirun, elastic workers or --warm-standby");
   sub->add_option("--restart-backoff", flags->restart_backoff,
                   "--max-restarts: seconds before the first restart, doubling after each (at "
                   "most 30 s); default 1")

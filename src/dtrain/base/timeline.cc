@@ -16,7 +16,7 @@ bool timeline_enabled() {
 }
 
 void timeline_mark(std::string_view event) {
-  // Read each time (not cached): a forked worker may be given another file than its template.
+  // Read each time (not cached): cheap next to the file's open and write.
   const char* path = std::getenv("DTRAIN_TIMELINE");
   if (path == nullptr || *path == '\0') return;
   timespec now{};

@@ -51,6 +51,24 @@ Channels channels() {
 // Set in a forked worker: it is the run from then on, not a template.
 std::atomic<bool> forked_off{false};
 
+// The stop handlers as the run installed them (std::signal: with SA_RESTART), for a woken worker.
+struct sigaction term_handler {};
+struct sigaction int_handler {};
+
+// While the template and its workers wait, SIGTERM and SIGINT must end the wait: a handler with
+// SA_RESTART would resume the template's read() and leave the stop flag set in every worker
+// forked after it (which would then stop at its first step). Without it the wait returns EINTR.
+void stop_signals_end_waits() {
+  sigaction(SIGTERM, nullptr, &term_handler);
+  sigaction(SIGINT, nullptr, &int_handler);
+  struct sigaction term = term_handler;
+  struct sigaction interrupt = int_handler;
+  term.sa_flags &= ~SA_RESTART;
+  interrupt.sa_flags &= ~SA_RESTART;
+  sigaction(SIGTERM, &term, nullptr);
+  sigaction(SIGINT, &interrupt, nullptr);
+}
+
 void set_name(const char* name) { prctl(PR_SET_NAME, name, 0, 0, 0); }
 
 // The threads of this process (entries of /proc/self/task), or -1.
@@ -63,6 +81,19 @@ int thread_count() {
   }
   closedir(dir);
   return count;
+}
+
+// The threads once joined threads have left /proc/self/task: pthread_join returns when the
+// kernel clears the thread's id, early in its exit, and its entry goes a little later (longer on
+// a loaded machine). Waits up to 200 ms for one thread.
+int threads_after_joins() {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  int threads = thread_count();
+  while (threads != 1 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    threads = thread_count();
+  }
+  return threads;
 }
 
 // In a new worker: waits until the middle process has exited and this one is the supervisor's
@@ -92,6 +123,7 @@ void become_worker(const Channels& c, const std::function<void()>& in_worker) {
   sigset_t wake;
   sigemptyset(&wake);
   sigaddset(&wake, SIGUSR1);
+  if (stop_requested() != 0) _exit(0);  // a stop that came before the wait
   for (;;) {
     const int signal = sigwaitinfo(&wake, nullptr);
     if (signal == SIGUSR1) break;
@@ -99,8 +131,12 @@ void become_worker(const Channels& c, const std::function<void()>& in_worker) {
   }
   prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
   pthread_sigmask(SIG_UNBLOCK, &wake, nullptr);
+  sigaction(SIGTERM, &term_handler, nullptr);
+  sigaction(SIGINT, &int_handler, nullptr);
   close(c.command_fd);
   close(c.ready_fd);
+  // The run from here on is no template: nothing it starts may take the closed pipes for its own.
+  unsetenv("DTRAIN_FORK_SERVER");
   set_name("dtrain");
   timeline_mark("fork-server worker woken");
 }
@@ -126,7 +162,7 @@ void serve_forks(const std::function<void()>& in_worker) {
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   if (getppid() != c.supervisor) _exit(0);
   // fork() copies the calling thread only: another thread's locks and work would be lost.
-  if (const int threads = thread_count(); threads != 1) {
+  if (const int threads = threads_after_joins(); threads != 1) {
     refuse_fork_template(
         fmt::format("the template runs {} threads where it forks, and a fork copies one", threads));
   }
@@ -136,6 +172,8 @@ void serve_forks(const std::function<void()>& in_worker) {
   sigemptyset(&wake);
   sigaddset(&wake, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &wake, nullptr);
+  stop_signals_end_waits();
+  if (stop_requested() != 0) _exit(0);
   timeline_mark("fork-server template ready");
   for (;;) {
     char request = 0;

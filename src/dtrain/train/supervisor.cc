@@ -38,7 +38,8 @@ namespace fs = std::filesystem;
 
 constexpr double kMaxBackoffSeconds = 30.0;
 // How often the supervisor looks at its child (about 0.1% of a core's time spent looking); a death
-// is seen at once (SIGCHLD ends the wait), this is for the rest (stop requests, upkeep).
+// is seen at once (SIGCHLD ends the wait, unless it lands just before the sleep), this is for the
+// rest (stop requests, upkeep).
 constexpr auto kPoll = std::chrono::milliseconds(10);
 
 // The fd a standby reads its activation from (standby.h): the pipe's read end, dup2-ed here; a
@@ -143,7 +144,12 @@ struct ForkServer {
   std::string error_file;  // its own DTRAIN_ERROR_FILE, inherited by its workers
   pid_t ready = -1;        // a forked worker waiting for SIGUSR1
   bool asked = false;      // a worker was asked for and has not said it is ready
+  Stopwatch since_asked;   // a request the template never answered is asked again (kAskAgain)
 };
+
+// A worker asked for and not ready after this long was lost (a failed fork, a worker killed while
+// it mapped the arena): the supervisor asks again instead of serving no restart by fork again.
+constexpr double kAskAgainSeconds = 30.0;
 
 ForkServer start_fork_server(const std::vector<std::string>& command,
                              const std::string& error_file) {
@@ -332,6 +338,12 @@ std::optional<std::string> memory_folder_of(const std::string& run_dir) {
 }  // namespace
 
 int supervise(const SupervisorOptions& options) {
+  // One process waits for the next restart, not two (the command line refuses it too).
+  if (options.warm_standby && options.fork_server) {
+    throw ConfigError(
+        "supervisor: a warm standby and a fork server cannot be combined; choose one "
+        "(docs/FAULTS.md)");
+  }
   install_stop_handlers();
   // A write to a standby that died since it was last looked at must fail with EPIPE, not end
   // the supervisor.
@@ -439,8 +451,29 @@ int supervise(const SupervisorOptions& options) {
           std::int64_t ready = 0;
           while (read(server.ready_fd, &ready, sizeof(ready)) ==
                  static_cast<ssize_t>(sizeof(ready))) {
+            // A second worker (a request asked again, then both answered): one waits, not two.
+            if (server.ready > 0 && server.ready != static_cast<pid_t>(ready)) {
+              kill(server.ready, SIGKILL);
+              while (waitpid(server.ready, &status, 0) < 0 && errno == EINTR) {
+              }
+            }
             server.ready = static_cast<pid_t>(ready);
             server.asked = false;
+          }
+          if (server.asked && server.since_asked.seconds() >= kAskAgainSeconds) {
+            log::warn("supervisor: the fork server sent no worker in {:.0f} s; asking again",
+                      kAskAgainSeconds);
+            server.asked = false;
+          }
+          // As a child subreaper this process adopts every orphan below it (a worker's middle
+          // process when the template died in a fork, a lost worker): reaped here, not left as
+          // zombies. Only children it does not wait for by pid.
+          siginfo_t orphan{};
+          while (waitid(P_ALL, 0, &orphan, WEXITED | WNOHANG | WNOWAIT) == 0 && orphan.si_pid > 0 &&
+                 orphan.si_pid != pid && orphan.si_pid != server.pid &&
+                 orphan.si_pid != server.ready && orphan.si_pid != standby.pid) {
+            waitpid(orphan.si_pid, &status, WNOHANG);
+            orphan = siginfo_t{};
           }
           // A waiting worker that ended (killed from outside): reaped, and another asked for.
           if (server.ready > 0 && waitpid(server.ready, &status, WNOHANG) == server.ready) {
@@ -452,6 +485,7 @@ int supervise(const SupervisorOptions& options) {
               attempt.seconds() >= options.warm_standby_after_seconds) {
             const char request = 'f';
             server.asked = write(server.command_fd, &request, 1) == 1;
+            server.since_asked.reset();
           }
           return;
         }

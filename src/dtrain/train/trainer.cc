@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <optional>
@@ -298,7 +300,10 @@ void Trainer::serve_as_fork_template() {
   // only: the arena takes pages as they are first written; past its end tensors use the heap.
   constexpr std::size_t kArenaBytes = std::size_t{16} << 30;
   if (!shared_scratch::install(kArenaBytes)) {
-    log::warn("fork server: no shared scratch arena (mmap failed); workers' first steps are cold");
+    log::warn(
+        "fork server: no shared scratch arena (mmap of {} GiB of address space failed: {}; with "
+        "vm.overcommit_memory = 2 it counts in full); workers' first steps are cold",
+        kArenaBytes >> 30, std::strerror(errno));
   }
   warm_up_as_standby();
   timeline_mark(

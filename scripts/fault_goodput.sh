@@ -22,6 +22,12 @@
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 D="${DTRAIN:-$ROOT/build/dtrain}"
+# The killer finds the training process by its name, which is the binary's (a forked worker names
+# itself dtrain): another name would kill nothing and measure a run without failures.
+if [[ $(basename "$D") != dtrain ]]; then
+  echo "fault_goodput.sh: the binary must be named dtrain (DTRAIN=some/folder/dtrain), not $(basename "$D")" >&2
+  exit 2
+fi
 CK=${1:-1}
 MEM=${2:-0}
 MODE=${3:-kill}

@@ -12,6 +12,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev                    # processes and hosts (mpirun)
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev  # CLI, config, JSON, formatting
   zlib1g-dev                                    # gzip-compressed IDX files
+  libisal-dev                                   # CRC-32 of checkpoints (ISA-L)
   libgtest-dev libgmock-dev libbenchmark-dev    # tests and micro-benchmarks
   dataset-fashion-mnist                         # the demo's data set
   fortunes                                      # text for the byte-level GPT (examples/fortunes_gpt.toml)

@@ -173,6 +173,28 @@ TEST(Checkpoint, HugeClaimedCountIsRejectedBeforeAllocating) {
               AllOf(HasSubstr("huge.ckpt is malformed"), HasSubstr("parameters claims")));
 }
 
+// The trailer is zlib's CRC-32 of the bytes before it (computed by ISA-L since 2026-11-27):
+// files written before and after read alike, and any tool with zlib can check one.
+TEST(Checkpoint, TrailerIsZlibsCrc32OfTheBytesBeforeIt) {
+  nn::ParamStore store = make_store(3);
+  Checkpoint c = make_checkpoint(store);
+  // Odd sizes, so that the checksum's folding meets a tail of every length.
+  for (int n = 0; n < 67; ++n)
+    c.optimizer_state.push_back(
+        {fmt::format("s{}", n),
+         std::vector<float>(static_cast<std::size_t>(n * 997 + 1), 0.25f * n)});
+  const std::string bytes = encode_checkpoint(c);
+  const std::size_t crc_at = bytes.size() - 4;
+  const auto zlib = static_cast<std::uint32_t>(
+      crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), crc_at));
+  std::uint32_t stored = 0;
+  for (int i = 0; i < 4; ++i) {
+    stored |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[crc_at + i])) << (8 * i);
+  }
+  EXPECT_EQ(stored, zlib);
+  EXPECT_NO_THROW(decode_checkpoint(bytes, "crc.ckpt"));
+}
+
 TEST(Checkpoint, MismatchedModelNamesTheFirstDifferingTensor) {
   nn::ParamStore store = make_store(3);
   const Checkpoint saved = make_checkpoint(store);

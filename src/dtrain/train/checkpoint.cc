@@ -1,7 +1,7 @@
 #include "dtrain/train/checkpoint.h"
 
 #include <fmt/format.h>
-#include <zlib.h>
+#include <isa-l/crc.h>
 
 #include <algorithm>
 #include <bit>
@@ -18,9 +18,11 @@ constexpr std::size_t kHeaderBytes = 24;  // magic, version, flags, payload size
 constexpr std::size_t kTrailerBytes = 4;  // CRC-32
 constexpr std::uint32_t kMaxDims = 16;
 
+// CRC-32 (IEEE 802.3, reflected: zlib's crc32 and gzip's, the same values and chaining) by ISA-L,
+// which folds with carry-less multiplies: 48.8 GB/s here against zlib's 4.3 GB/s (docs/FAULTS.md),
+// 0.2 ms instead of 2.4 ms for the GPT's 10 MB checkpoint, paid on every memory-tier save.
 std::uint32_t crc32_of(const char* data, std::size_t size) {
-  return static_cast<std::uint32_t>(
-      crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(data), size));
+  return crc32_gzip_refl(0, reinterpret_cast<const unsigned char*>(data), size);
 }
 
 // Writes little-endian fields at `out`, or only counts their bytes when `out` is null (the sizing
@@ -38,7 +40,8 @@ class Writer {
       for (std::size_t done = 0; done < n;) {
         const std::size_t piece = std::min(kChunk, n - done);
         std::memcpy(out_ + size_ + done, from + done, piece);
-        crc_ = crc32_z(crc_, reinterpret_cast<const Bytef*>(out_ + size_ + done), piece);
+        crc_ = crc32_gzip_refl(crc_, reinterpret_cast<const unsigned char*>(out_ + size_ + done),
+                               piece);
         done += piece;
       }
     }
@@ -80,13 +83,13 @@ class Writer {
     }
   }
   std::size_t size() const { return size_; }
-  // CRC-32 (zlib) of every byte written so far.
-  std::uint32_t crc() const { return static_cast<std::uint32_t>(crc_); }
+  // CRC-32 (crc32_of's) of every byte written so far.
+  std::uint32_t crc() const { return crc_; }
 
  private:
   char* out_;
   std::size_t size_ = 0;
-  uLong crc_ = crc32_z(0L, Z_NULL, 0);
+  std::uint32_t crc_ = 0;
 };
 
 void write_payload(const Checkpoint& checkpoint, Writer& payload) {

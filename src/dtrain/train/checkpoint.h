@@ -17,7 +17,7 @@
 //                i64 n, n x f32                                                buffers
 //                u32 n, then n x (str name, i64 count, count x f32)           optimizer state
 //              (str = u32 length + bytes)
-//   24 + P     u32 CRC-32 (zlib) of bytes [0, 24 + P)
+//   24 + P     u32 CRC-32 (zlib's crc32 values; computed by ISA-L) of bytes [0, 24 + P)
 // A file is accepted only if its size is exactly 28 + P, the checksum matches and the payload
 // parses to its last byte; every count is checked against the bytes left before anything is
 // allocated, so a damaged or hostile file cannot make the reader allocate more than its own size.

@@ -335,6 +335,13 @@ std::optional<std::string> memory_folder_of(const std::string& run_dir) {
   return std::nullopt;
 }
 
+// Calls dismiss(process) however the scope ends (a standby, a fork server).
+template <typename Process>
+struct DismissOnExit {
+  Process& process;
+  ~DismissOnExit() { dismiss(process); }
+};
+
 }  // namespace
 
 int supervise(const SupervisorOptions& options) {
@@ -358,22 +365,15 @@ int supervise(const SupervisorOptions& options) {
   // an attempt that checkpointed further starts it over.
   int stalled = 0;
   std::int64_t best_step = -1;
-  // The warm standby, dismissed on every way out of supervision.
+  // The warm standby and the fork server, each dismissed on every way out of supervision.
   Standby standby;
-  struct Dismisser {
-    Standby& standby;
-    ~Dismisser() { dismiss(standby); }
-  } dismisser{standby};
+  const DismissOnExit<Standby> standby_dismisser{standby};
   bool standby_failed = false;              // a standby that ended by itself is not started again
   pid_t activated = -1;                     // the standby that took over from the last attempt
   std::string attempt_errors = error_file;  // the running child's DTRAIN_ERROR_FILE
   int standbys_started = 0;
-  // The fork server, dismissed on every way out of supervision as well.
   ForkServer server;
-  struct ServerDismisser {
-    ForkServer& server;
-    ~ServerDismisser() { dismiss(server); }
-  } server_dismisser{server};
+  const DismissOnExit<ForkServer> server_dismisser{server};
   bool server_failed = false;  // a template that ended by itself is not started again
   // A death ends the wait at once (wait_child); SA_RESTART keeps other calls going.
   struct sigaction on_child {};

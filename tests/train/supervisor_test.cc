@@ -46,6 +46,41 @@ TEST(Supervisor, FindsTheRankAnErrorNames) {
   EXPECT_EQ(rank_named_in(""), -1);
 }
 
+// steps_lost_at_least in restarts.jsonl: the step the attempt that died logged last, read from the
+// end of metrics.jsonl (not the largest step of the file: an earlier attempt may have got further).
+TEST(Supervisor, ReadsTheLastLoggedStepFromTheEndOfMetrics) {
+  const fs::path path =
+      fs::temp_directory_path() / fmt::format("dtrain_last_logged_step_{}.jsonl", getpid());
+  EXPECT_EQ(last_logged_step(path.string()), -1);  // no file
+  {
+    std::ofstream out(path);
+    out << R"({"step":1,"loss":2.5})"
+        << "\n"
+        << R"({"step":90,"loss":2.0})"
+        << "\n";
+    out << R"({"step":60,"loss":2.1})"
+        << "\n";  // a restart from step 59's checkpoint
+    out << R"({"epoch":1,"test_loss":2.2})"
+        << "\n";
+    out << R"({"step":61,"lo)";  // cut by the kill
+  }
+  EXPECT_EQ(last_logged_step(path.string()), 60);
+  {
+    // The last step record lies 200 KB before the end (more than one window of the tail).
+    std::ofstream out(path);
+    out << R"({"step":7})"
+        << "\n";
+    for (int i = 0; i < 4000; ++i)
+      out << R"({"event":"a line without a step, fifty bytes long"})"
+          << "\n";
+  }
+  EXPECT_EQ(last_logged_step(path.string()), 7);
+  std::ofstream(path) << R"({"event":"start"})"
+                      << "\n";
+  EXPECT_EQ(last_logged_step(path.string()), -1);
+  fs::remove(path);
+}
+
 class SupervisorRun : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -249,20 +249,6 @@ std::string last_error_line(const std::string& path) {
   return last;
 }
 
-// The largest "step" of metrics.jsonl's records, or -1.
-std::int64_t last_logged_step(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::int64_t last = -1;
-  while (std::getline(in, line)) {
-    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!record.is_discarded() && record.contains("step") && record["step"].is_number_integer()) {
-      last = std::max(last, record["step"].get<std::int64_t>());
-    }
-  }
-  return last;
-}
-
 // The exit status the supervisor ends with for a child that ended with `status`.
 int exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -299,6 +285,43 @@ bool restartable(int status) {
   if (!WIFEXITED(status)) return false;
   const int code = WEXITSTATUS(status);
   return !(code == 0 || code == 1 || code == 2 || code == 128 + SIGTERM || code == 128 + SIGINT);
+}
+
+std::int64_t last_logged_step(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return -1;
+  const std::int64_t size = in.tellg();
+  // The newest records are at the end: read a window of the tail, twice as long each time it
+  // holds no step record, so that a restart costs the same at step 100 as at step 1,000,000.
+  std::string window;
+  for (std::int64_t length = std::min<std::int64_t>(size, 64 << 10);; length *= 2) {
+    length = std::min(length, size);
+    window.resize(static_cast<std::size_t>(length));
+    in.clear();
+    in.seekg(size - length);
+    in.read(window.data(), length);
+    window.resize(static_cast<std::size_t>(in.gcount()));
+    // Lines from the last to the first; a line cut by the window's start is not whole.
+    std::size_t end = window.size();
+    while (end > 0) {
+      const std::size_t newline = window.rfind('\n', end - 1);
+      const bool whole = newline != std::string::npos || length == size;
+      if (!whole) break;
+      const std::size_t begin = newline == std::string::npos ? 0 : newline + 1;
+      if (end > begin) {
+        const auto record = nlohmann::json::parse(
+            window.begin() + static_cast<std::ptrdiff_t>(begin),
+            window.begin() + static_cast<std::ptrdiff_t>(end), nullptr, /*allow_exceptions=*/false);
+        if (!record.is_discarded() && record.contains("step") &&
+            record["step"].is_number_integer()) {
+          return record["step"].get<std::int64_t>();
+        }
+      }
+      if (newline == std::string::npos) break;
+      end = newline;
+    }
+    if (length == size) return -1;
+  }
 }
 
 int rank_named_in(const std::string& error_line) {

@@ -80,6 +80,10 @@ std::string describe_wait_status(int status);
 // Whether a child that ended with wait status `status` is restarted (the table above).
 bool restartable(int status);
 
+// The "step" of the last record of metrics.jsonl at `path` that has one (the step the attempt that
+// just ended logged last), or -1 (no such record, no file). Reads the file from its end.
+std::int64_t last_logged_step(const std::string& path);
+
 // The rank an error line names ("rank 1: ...", "error: process 1 of 2: ..."), or -1.
 int rank_named_in(const std::string& error_line);
 

@@ -140,6 +140,29 @@ TEST(Checkpoint, EveryFlippedByteIsRejected) {
               HasSubstr("corrupt: CRC-32"));
 }
 
+// The supervisor's read (Keep::kNoFloats): the same checks and fields, no copy of the floats.
+TEST(Checkpoint, AReadWithoutFloatsChecksAllAndKeepsAllButTheFloats) {
+  nn::ParamStore store = make_store();
+  const Checkpoint saved = make_checkpoint(store);
+  const std::string bytes = encode_checkpoint(saved);
+  Checkpoint expected = saved;
+  expected.params.clear();
+  expected.buffers.clear();
+  for (auto& state : expected.optimizer_state) state.values.clear();
+  expect_equal(expected, decode_checkpoint(bytes, "a.ckpt", Keep::kNoFloats));
+  for (std::size_t i = 0; i < bytes.size(); i += 7) {
+    std::string damaged = bytes;
+    damaged[i] = static_cast<char>(damaged[i] ^ 0x10);
+    EXPECT_THAT(checkpoint_error([&] { decode_checkpoint(damaged, "flip.ckpt", Keep::kNoFloats); }),
+                HasSubstr("flip.ckpt"))
+        << "byte " << i;
+    EXPECT_THAT(checkpoint_error(
+                    [&] { decode_checkpoint(bytes.substr(0, i), "cut.ckpt", Keep::kNoFloats); }),
+                HasSubstr("cut.ckpt"))
+        << "length " << i;
+  }
+}
+
 TEST(Checkpoint, WrongMagicAndVersion) {
   nn::ParamStore store = make_store();
   std::string bytes = encode_checkpoint(make_checkpoint(store));

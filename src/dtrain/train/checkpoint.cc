@@ -174,10 +174,14 @@ class Reader {
     }
     return n;
   }
-  std::vector<float> floats(const char* what) {
+  std::vector<float> floats(const char* what, Keep keep) {
     const std::int64_t n = i64(what);
     if (n < 0) fail(fmt::format("{} has a negative count {}", what, n));
     count(static_cast<std::uint64_t>(n), sizeof(float), what);
+    if (keep == Keep::kNoFloats) {
+      pos_ += static_cast<std::size_t>(n) * sizeof(float);
+      return {};
+    }
     std::vector<float> values(static_cast<std::size_t>(n));
     if constexpr (std::endian::native == std::endian::little) {
       if (n > 0) std::memcpy(values.data(), bytes_.data() + pos_, values.size() * sizeof(float));
@@ -274,7 +278,7 @@ std::string encode_checkpoint(const Checkpoint& checkpoint) {
   return bytes;
 }
 
-Checkpoint decode_checkpoint(std::string_view bytes, const std::string& source) {
+Checkpoint decode_checkpoint(std::string_view bytes, const std::string& source, Keep keep) {
   const std::size_t size = bytes.size();
   if (size < kHeaderBytes + kTrailerBytes) {
     throw CheckpointError(fmt::format(
@@ -334,14 +338,14 @@ Checkpoint decode_checkpoint(std::string_view bytes, const std::string& source) 
   }
   c.param_table = in.table("parameter table");
   c.buffer_table = in.table("buffer table");
-  c.params = in.floats("parameters");
-  c.buffers = in.floats("buffers");
+  c.params = in.floats("parameters", keep);
+  c.buffers = in.floats("buffers", keep);
   // Smallest state tensor: empty name (4) + count (8).
   const std::uint64_t states = in.count(in.u32("optimizer state count"), 12, "optimizer state");
   for (std::uint64_t i = 0; i < states; ++i) {
     NamedValues state;
     state.name = in.str("optimizer state name");
-    state.values = in.floats("optimizer state values");
+    state.values = in.floats("optimizer state values", keep);
     c.optimizer_state.push_back(std::move(state));
   }
   if (in.left() != 0) in.fail(fmt::format("{} unread bytes after the last field", in.left()));
@@ -359,14 +363,14 @@ void write_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   }
 }
 
-Checkpoint read_checkpoint(const std::string& path) {
+Checkpoint read_checkpoint(const std::string& path, Keep keep) {
   std::string bytes;
   try {
     bytes = read_whole_file(path);
   } catch (const Error& e) {
     throw CheckpointError(fmt::format("cannot read checkpoint: {}", e.what()));
   }
-  return decode_checkpoint(bytes, path);
+  return decode_checkpoint(bytes, path, keep);
 }
 
 void check_layout(const Checkpoint& checkpoint, const nn::ParamStore& store,

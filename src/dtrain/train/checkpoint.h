@@ -73,15 +73,22 @@ std::string encode_checkpoint(const Checkpoint& checkpoint);
 std::size_t encoded_checkpoint_size(const Checkpoint& checkpoint);
 void encode_checkpoint_into(const Checkpoint& checkpoint, char* out, std::size_t size);
 
+// What a read keeps of a checkpoint that verifies (the checks are the same): everything, or
+// everything but the float arrays (params, buffers and optimizer state's values left empty): what
+// the supervisor needs to name the checkpoint a restart resumes from, without a copy of the model
+// and its optimizer state in its own memory before each restart.
+enum class Keep { kAll, kNoFloats };
+
 // Parses and verifies bytes read from `source` (named in errors); CheckpointError on any defect.
-Checkpoint decode_checkpoint(std::string_view bytes, const std::string& source);
+Checkpoint decode_checkpoint(std::string_view bytes, const std::string& source,
+                             Keep keep = Keep::kAll);
 
 // Writes atomically (see atomic_file.h): a failed write leaves the previous file at `path` intact.
 // CheckpointError naming the path and the reason.
 void write_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 
 // Reads and verifies `path`; CheckpointError naming the file and what is wrong.
-Checkpoint read_checkpoint(const std::string& path);
+Checkpoint read_checkpoint(const std::string& path, Keep keep = Keep::kAll);
 
 // Checks that the checkpoint's tables and sizes describe `store`'s layout, naming the first
 // tensor that differs (name, shape, offset on both sides); CheckpointError otherwise.

@@ -128,7 +128,7 @@ std::string CheckpointDir::save(const Checkpoint& checkpoint) {
   return path;
 }
 
-VerifiedCheckpoint CheckpointDir::newest_good() const {
+VerifiedCheckpoint CheckpointDir::newest_good(Keep keep) const {
   // What `latest` says, or why it says nothing usable.
   const std::string pointer = (fs::path(folder_) / "latest").string();
   std::optional<std::string> latest_name;
@@ -162,7 +162,7 @@ VerifiedCheckpoint CheckpointDir::newest_good() const {
   for (const std::string& path : files) {
     std::optional<Checkpoint> checkpoint;
     try {
-      checkpoint = read_checkpoint(path);
+      checkpoint = read_checkpoint(path, keep);
     } catch (const CheckpointError& e) {
       defects.emplace_back(e.what());
       continue;

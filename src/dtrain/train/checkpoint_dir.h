@@ -44,8 +44,9 @@ class CheckpointDir {
   // The newest checkpoint that reads and verifies. `latest` is tried first; when it is missing,
   // unreadable, names a missing or damaged file, or names an older file than the newest complete
   // one, the files are tried newest first, with one warning per file passed over. CheckpointError
-  // naming the folder and each file's defect when none verifies (or there is none).
-  VerifiedCheckpoint newest_good() const;
+  // naming the folder and each file's defect when none verifies (or there is none). `keep`: as
+  // read_checkpoint's.
+  VerifiedCheckpoint newest_good(Keep keep = Keep::kAll) const;
 
   // Whether the folder holds any checkpoint file or a `latest` (good or not).
   bool has_any() const;

@@ -181,7 +181,7 @@ void MemoryCheckpoint::save(const Checkpoint& checkpoint) {
   sequence.store(std::max(first, second) + 1, std::memory_order_release);
 }
 
-std::optional<VerifiedCheckpoint> MemoryCheckpoint::newest() const {
+std::optional<VerifiedCheckpoint> MemoryCheckpoint::newest(Keep keep) const {
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   struct stat info {};
@@ -212,9 +212,9 @@ std::optional<VerifiedCheckpoint> MemoryCheckpoint::newest() const {
     }
     try {
       return VerifiedCheckpoint{
-          name,
-          decode_checkpoint(
-              std::string_view(base + kHeaderBytes + slot * header.slot_capacity, bytes), name)};
+          name, decode_checkpoint(
+                    std::string_view(base + kHeaderBytes + slot * header.slot_capacity, bytes),
+                    name, keep)};
     } catch (const CheckpointError& e) {
       log::warn("{}; passing it over", e.what());
     }
@@ -239,12 +239,13 @@ void MemoryCheckpoint::remove() {
   ::unlink(path_.c_str());
 }
 
-VerifiedCheckpoint newest_checkpoint(const CheckpointDir& disk, const MemoryCheckpoint* memory) {
-  std::optional<VerifiedCheckpoint> in_memory = memory ? memory->newest() : std::nullopt;
+VerifiedCheckpoint newest_checkpoint(const CheckpointDir& disk, const MemoryCheckpoint* memory,
+                                     Keep keep) {
+  std::optional<VerifiedCheckpoint> in_memory = memory ? memory->newest(keep) : std::nullopt;
   // A memory slot newer than every file needs no file read (the usual restart).
   if (in_memory && disk.is_older_than(in_memory->checkpoint)) return std::move(*in_memory);
   try {
-    VerifiedCheckpoint on_disk = disk.newest_good();
+    VerifiedCheckpoint on_disk = disk.newest_good(keep);
     if (in_memory && order_of(on_disk.checkpoint) < order_of(in_memory->checkpoint)) {
       return std::move(*in_memory);
     }

@@ -51,8 +51,8 @@ class MemoryCheckpoint {
 
   // The newest slot that holds a complete checkpoint which verifies, named "<path>#slot<s>";
   // nullopt when the file is missing, belongs to another run folder or holds no good slot (a
-  // damaged slot warns and the other is tried).
-  std::optional<VerifiedCheckpoint> newest() const;
+  // damaged slot warns and the other is tried). `keep`: as read_checkpoint's.
+  std::optional<VerifiedCheckpoint> newest(Keep keep = Keep::kAll) const;
 
   // Whether the file is this run's and a slot is complete (reads the header only).
   bool holds_any() const;
@@ -75,7 +75,9 @@ class MemoryCheckpoint {
 // given, its memory tier; the memory slot wins only when it is strictly newer (same order as
 // CheckpointDir's file names: epoch, then inside an epoch, then step). CheckpointError as
 // CheckpointDir::newest_good when neither tier holds a good checkpoint.
-VerifiedCheckpoint newest_checkpoint(const CheckpointDir& disk, const MemoryCheckpoint* memory);
+// `keep`: as read_checkpoint's.
+VerifiedCheckpoint newest_checkpoint(const CheckpointDir& disk, const MemoryCheckpoint* memory,
+                                     Keep keep = Keep::kAll);
 
 // Whether checkpoints/ or the memory tier holds anything to resume from.
 bool has_any_checkpoint(const CheckpointDir& disk, const MemoryCheckpoint* memory);

@@ -589,7 +589,9 @@ int supervise(const SupervisorOptions& options) {
       }
       const MemoryCheckpoint* const tier = memory ? &*memory : nullptr;
       if (has_any_checkpoint(dir, tier)) {
-        const VerifiedCheckpoint good = newest_checkpoint(dir, tier);
+        // Verified as a resume verifies it, but its floats are not copied: the supervisor
+        // needs its name and step, not a copy of the model before every restart.
+        const VerifiedCheckpoint good = newest_checkpoint(dir, tier, Keep::kNoFloats);
         record["checkpoint"] = good.path;
         record["checkpoint_step"] = good.checkpoint.global_step;
         record["steps_lost_at_least"] =

@@ -2,12 +2,14 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -38,8 +40,8 @@ namespace fs = std::filesystem;
 
 constexpr double kMaxBackoffSeconds = 30.0;
 // How often the supervisor looks at its child (about 0.1% of a core's time spent looking); a death
-// is seen at once (SIGCHLD ends the wait, unless it lands just before the sleep), this is for the
-// rest (stop requests, upkeep).
+// is seen at once (SIGCHLD ends the wait, see child_signal_pipe), this is for the rest (stop
+// requests, upkeep).
 constexpr auto kPoll = std::chrono::milliseconds(10);
 
 // The fd a standby reads its activation from (standby.h): the pipe's read end, dup2-ed here; a
@@ -204,16 +206,36 @@ void dismiss(ForkServer& server) {
   server = ForkServer{};
 }
 
+// The self-pipe of SIGCHLD: its handler writes a byte, which ends wait_child's poll at once
+// whenever the child died after its last look (made once per process, non-blocking, close-on-exec).
+const int* child_signal_pipe() {
+  static const std::array<int, 2> fds = [] {
+    std::array<int, 2> made{-1, -1};
+    if (pipe2(made.data(), O_CLOEXEC | O_NONBLOCK) != 0) {
+      throw InternalError(fmt::format("supervisor: pipe2 failed: {}", std::strerror(errno)));
+    }
+    return made;
+  }();
+  return fds.data();
+}
+
+void on_child_signal(int) {
+  const int saved = errno;
+  const char byte = 'c';
+  [[maybe_unused]] const ssize_t written = write(child_signal_pipe()[1], &byte, 1);  // full: fine
+  errno = saved;
+}
+
 // Waits for `pid`, passing on the first SIGTERM / SIGINT the supervisor receives; returns the
 // wait status and sets `forwarded` to the signal passed on (0: none). `grow`: when it returns
-// true, the child is asked to stop (SIGTERM) once, and `growing` is set. `poll`: called at each
+// true, the child is asked to stop (SIGTERM) once, and `growing` is set. `upkeep`: called at each
 // look (the warm standby's upkeep).
 int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, bool& growing,
-               const std::function<void()>& poll) {
+               const std::function<void()>& upkeep) {
   forwarded = 0;
   growing = false;
   for (;;) {
-    if (poll) poll();
+    if (upkeep) upkeep();
     if (!growing && forwarded == 0 && grow && grow()) {
       growing = true;
       kill(pid, SIGTERM);
@@ -228,15 +250,15 @@ int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, boo
       forwarded = stop_requested();
       kill(pid, forwarded);
     }
-    // One nanosleep, not sleep_for (which sleeps on after a signal): the SIGCHLD handler
-    // (supervise) ends it when a child dies, so that a death is seen at once, not up to kPoll late.
-    timespec pause{0, std::chrono::duration_cast<std::chrono::nanoseconds>(kPoll).count()};
-    nanosleep(&pause, nullptr);
+    // Up to kPoll, or until a SIGCHLD's byte is in the pipe: one that came since the waitpid
+    // above is seen at once too (a sleep that a signal interrupts would miss it and sleep on).
+    pollfd wake{child_signal_pipe()[0], POLLIN, 0};
+    poll(&wake, 1, static_cast<int>(kPoll.count()));
+    char drained[64];
+    while (read(wake.fd, drained, sizeof(drained)) > 0) {
+    }
   }
 }
-
-// Does nothing: its delivery ends the supervisor's nanosleep (wait_child).
-void on_child_signal(int) {}
 
 // The last line of `path` that starts with "error:", or "".
 std::string last_error_line(const std::string& path) {
@@ -399,6 +421,7 @@ int supervise(const SupervisorOptions& options) {
   const DismissOnExit<ForkServer> server_dismisser{server};
   bool server_failed = false;  // a template that ended by itself is not started again
   // A death ends the wait at once (wait_child); SA_RESTART keeps other calls going.
+  child_signal_pipe();  // made before the handler can run (a static's first use is not signal safe)
   struct sigaction on_child {};
   on_child.sa_handler = on_child_signal;
   on_child.sa_flags = SA_RESTART | SA_NOCLDSTOP;

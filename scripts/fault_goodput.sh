@@ -13,6 +13,7 @@
 # starting one; the killer's `pgrep -x dtrain` does not see the standby, named dtrain-standby).
 # MODE fork: as kill, with --fork-server (the supervisor wakes a worker forked from a template
 # process; the template and the waiting worker are named dtrain-template).
+# WORKERS=N (default 1) runs N ranks as threads (--workers N), each with the 2 compute threads.
 # Usage: scripts/fault_goodput.sh [DISK_EVERY_STEPS=1] [MEMORY_EVERY_STEPS=0] [MODE=kill]
 #   (train.checkpoint_every_steps and train.memory_checkpoint_every_steps; build/dtrain must exist,
 #   or DTRAIN=path names the binary). With DTRAIN_TIMELINE=FILE set, the killer appends a line
@@ -40,7 +41,7 @@ OUT=$(mktemp -d)
 trap 'pkill -9 -f "$OUT" 2> /dev/null; rm -rf "$OUT"' EXIT
 cd "$ROOT"
 BARE=(--config examples/fortunes_gpt.toml --set data.text_windows=3840 --set train.eval_every_steps=0
-      --set train.log_every=1 --threads 2 --quiet)
+      --set train.log_every=1 --threads 2 --workers "${WORKERS:-1}" --quiet)
 RUN=("${BARE[@]}" --set train.checkpoint_every_steps="$CK"
      --set train.memory_checkpoint_every_steps="$MEM")
 /usr/bin/time -f "%e" -o "$OUT/bare.time" "$D" train "${BARE[@]}" --out "$OUT/bare"

@@ -26,8 +26,13 @@ def first(after, pid=None, pattern=""):
             return t, p, text
     return None
 
-steps = [(t, p, float(re.search(r"\(([\d.]+) s\)", x).group(1))) for t, p, x in events
-         if re.match(r"step \d+ done", x)]
+# A step's end, once per process: ranks that are threads each mark it; the last mark is when the
+# step ended for the process.
+ends = {}
+for t, p, x in events:
+    if m := re.match(r"step (\d+) done \(([\d.]+) s\)", x):
+        ends[(p, int(m.group(1)))] = (t, p, float(m.group(2)))
+steps = sorted(ends.values())
 warm = statistics.median(s for _, _, s in steps)
 cols = ["in flight", "seen", "supervisor", "exec+link", "data+model", "checkpoint", "step 1",
         "step 2", "kill cost"]

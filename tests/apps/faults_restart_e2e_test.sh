@@ -131,11 +131,12 @@ same_params "$TMP/ref/checkpoints/epoch-3.ckpt" "$TMP/warm/checkpoints/epoch-3.c
 [[ -z "$(pgrep -f -- "$TMP/warm" || true)" ]] || fail "a process of the run outlived its supervisor"
 echo "ok: warm standby: it takes over after kill -9 and ends bitwise equal; nothing left running"
 
-# Fork server (--fork-server, one worker): once a forked worker waits (the template and it are
-# named dtrain-template), kill -9 the running child, twice; each restart is a forked worker
-# (restarts.jsonl says so) and the run ends bitwise equal to the uninterrupted one-worker run.
-# Then the template is killed: the supervisor says so and restarts by a new process, still
-# bitwise. With 2 thread ranks the template declines in one warning and restarts start processes.
+# Fork server (--fork-server): once a forked worker waits (the template and it are named
+# dtrain-template), kill -9 the running child, twice; each restart is a forked worker
+# (restarts.jsonl says so) and the run ends bitwise equal to the uninterrupted run, for one worker
+# and for 2 ranks as threads. Then the template is killed: the supervisor says so and restarts by a
+# new process, still bitwise. A strategy whose ranks are not each a Trainer (parameter servers):
+# the template declines in one warning and restarts start processes.
 # The steps sleep 3 ms each (a straggler on rank 0; the numbers do not change), so that the run
 # lasts about 4 s: the template is ready about 1.5 s into it, and a second worker must wait
 # before the run ends.
@@ -157,26 +158,34 @@ fork_run() {
     --set train.memory_checkpoint_every_steps=1 --set "train.memory_checkpoint_folder=\"$TMP/shm\"" \
     "${@:2}" 2> "$TMP/$1.err" &
 }
-fork_run fork
-supervisor=$!
-waiting=""
-for kill in 1 2; do
-  wait_for_forked_worker "$supervisor" "$waiting" || fail "no forked worker waited before kill $kill"
-  waiting=$(pgrep -x dtrain-template -P "$supervisor" | tr '\n' ' ')
-  kill -9 "$(pgrep -x dtrain -P "$supervisor")"
-  sleep 0.3
-done
-wait "$supervisor" || { cat "$TMP/fork.err" >&2; fail "the run with a fork server failed"; }
-python3 - "$TMP/fork/restarts.jsonl" <<'PY' || fail "the forked workers did not take over"
+# Runs fork_run $1 (its options: the rest), kills its running child twice, each time once a
+# forked worker waits, and checks that forked workers took over and that the run ends with the
+# parameters of the uninterrupted run in $2.
+fork_kills() {
+  local name=$1 reference=$2 supervisor waiting="" kill
+  fork_run "$name" "${@:3}"
+  supervisor=$!
+  for kill in 1 2; do
+    wait_for_forked_worker "$supervisor" "$waiting" || fail "$name: no forked worker waited before kill $kill"
+    waiting=$(pgrep -x dtrain-template -P "$supervisor" | tr '\n' ' ')
+    kill -9 "$(pgrep -x dtrain -P "$supervisor")"
+    sleep 0.3
+  done
+  wait "$supervisor" || { cat "$TMP/$name.err" >&2; fail "$name: the run with a fork server failed"; }
+  python3 - "$TMP/$name/restarts.jsonl" <<'PY' || fail "$name: the forked workers did not take over"
 import json, sys
 log = [json.loads(l) for l in open(sys.argv[1])]
 assert len(log) == 2 and all(r["fork_server"] is True for r in log), log
 PY
-grep -q "by a worker of the fork server" "$TMP/fork.err" || fail "the restart line does not say fork"
-same_params "$TMP/one/checkpoints/epoch-3.ckpt" "$TMP/fork/checkpoints/epoch-3.ckpt" ||
-  fail "the run the forked workers finished ends with other parameters than the uninterrupted one"
-[[ -z "$(pgrep -f -- "$TMP/fork" || true)" ]] || fail "a process of the run outlived its supervisor"
+  grep -q "by a worker of the fork server" "$TMP/$name.err" || fail "$name: the restart line does not say fork"
+  same_params "$reference/checkpoints/epoch-3.ckpt" "$TMP/$name/checkpoints/epoch-3.ckpt" ||
+    fail "$name: the run the forked workers finished ends with other parameters than the uninterrupted one"
+  [[ -z "$(pgrep -f -- "$TMP/$name" || true)" ]] || fail "$name: a process of the run outlived its supervisor"
+}
+fork_kills fork "$TMP/one"
 echo "ok: fork server: forked workers take over after kill -9 twice and end bitwise equal"
+fork_kills fork-ranks "$TMP/ref" --workers 2
+echo "ok: fork server, 2 ranks as threads: forked workers take over after kill -9 twice, bitwise"
 
 fork_run fork-dead
 supervisor=$!
@@ -197,14 +206,14 @@ same_params "$TMP/one/checkpoints/epoch-3.ckpt" "$TMP/fork-dead/checkpoints/epoc
 [[ -z "$(pgrep -f -- "$TMP/fork-dead" || true)" ]] || fail "a process of the run outlived its supervisor"
 echo "ok: fork server: a dead template is said, and the restart starts a new process, bitwise"
 
-fork_run fork-ranks --workers 2
+fork_run fork-ps --strategy parameter_server --workers 2 --servers 1
 supervisor=$!
-wait "$supervisor" || { cat "$TMP/fork-ranks.err" >&2; fail "the 2-rank run with --fork-server failed"; }
-grep -q "fork server: it serves runs of one worker .* 2 ranks as threads; restarts start a new process" \
-  "$TMP/fork-ranks.err" || { cat "$TMP/fork-ranks.err" >&2; fail "the template did not decline"; }
+wait "$supervisor" || { cat "$TMP/fork-ps.err" >&2; fail "the parameter-server run with --fork-server failed"; }
+grep -q 'fork server: it serves runs whose ranks are each a Trainer, and this one runs parallel.strategy = "parameter_server"; restarts start a new process' \
+  "$TMP/fork-ps.err" || { cat "$TMP/fork-ps.err" >&2; fail "the template did not decline"; }
 expect_error "cannot be combined with" train "${RUN[@]}" --out "$TMP/fork-bad" --max-restarts 1 \
   --fork-server --warm-standby
-echo "ok: fork server: declined in one warning for 2 thread ranks; refused with --warm-standby"
+echo "ok: fork server: declined in one warning for parameter servers; refused with --warm-standby"
 
 if command -v mpirun > /dev/null; then
   supervised_kills "$TMP/mpi" --mpirun "--oversubscribe --allow-run-as-root -np 2"

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -18,8 +19,11 @@
 #include <thread>
 
 #include "dtrain/base/log.h"
+#include "dtrain/base/shared_scratch.h"
 #include "dtrain/base/stop_request.h"
+#include "dtrain/base/thread_pool.h"
 #include "dtrain/base/timeline.h"
+#include "dtrain/tensor/gemm.h"
 
 namespace dtrain::train {
 namespace {
@@ -198,6 +202,30 @@ void serve_forks(const std::function<void()>& in_worker) {
     }
     // A failed fork sends no pid: the supervisor starts a new process at the next restart.
   }
+}
+
+void install_fork_scratch() {
+  // Address space only: the arena takes pages as they are first written; past its end tensors use
+  // the heap.
+  constexpr std::size_t kArenaBytes = std::size_t{16} << 30;
+  if (!shared_scratch::install(kArenaBytes)) {
+    log::warn(
+        "fork server: no shared scratch arena (mmap of {} GiB of address space failed: {}; with "
+        "vm.overcommit_memory = 2 it counts in full); workers' first steps are cold",
+        kArenaBytes >> 30, std::strerror(errno));
+  }
+}
+
+void serve_forks_after_warm_up() {
+  timeline_mark(
+      fmt::format("template warmed up ({} MB of shared scratch)", shared_scratch::used() >> 20));
+  // No thread may run across a fork: the compute pool's workers end here and are started again
+  // in each forked worker.
+  const int threads = compute_threads();
+  set_compute_threads(1);
+  tensor::stop_blas_threads();
+  serve_forks([] { shared_scratch::populate(); });
+  set_compute_threads(threads);
 }
 
 }  // namespace dtrain::train

@@ -20,8 +20,10 @@
 // SIGKILL (PR_SET_PDEATHSIG, cleared when it is woken, so that a training worker outlives its
 // supervisor as an exec-ed child does); SIGTERM / SIGINT end either silently.
 //
-// Served: runs whose one Trainer runs on the main thread (one worker; threads or not for its
-// GEMMs). Other runs (ranks that are threads, strategies whose ranks are not each a Trainer,
+// Served: runs whose ranks are each a Trainer: one worker on the main thread (Trainer::run), or
+// ranks that are threads of this process (run_training, launch.cc: the template runs the ranks
+// once for the warm-up and joins them, so that it is single-threaded where it forks; each woken
+// worker runs them again for real). Other runs (strategies whose ranks are not each a Trainer,
 // mpirun) end the template at once with a warning, and restarts start a new process as before.
 #pragma once
 
@@ -46,5 +48,16 @@ void name_fork_template_process();
 // worker once the supervisor has woken it; `in_worker` runs in each worker before it says it is
 // ready.
 void serve_forks(const std::function<void()>& in_worker);
+
+// In a template, before its warm-up: installs the shared scratch arena (base/shared_scratch.h), so
+// that every tensor of 64 KiB or more allocated from then on is shared with the workers; a warning
+// when it cannot (the workers' first steps are then cold). What a worker must not share with the
+// template (the data) must be allocated before this.
+void install_fork_scratch();
+
+// In a template after its warm-up: ends the threads of the process-wide compute pool and of
+// OpenBLAS (no thread may run across a fork), then serve_forks with each worker mapping the arena
+// (shared_scratch::populate). Returns in a woken worker, its process-wide compute pool as it was.
+void serve_forks_after_warm_up();
 
 }  // namespace dtrain::train

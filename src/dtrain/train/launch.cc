@@ -210,6 +210,48 @@ RunSummary with_in_process_restarts(
   }
 }
 
+// A fork server's template whose ranks are threads (fork_server.h). A fork copies the calling
+// thread only, so the template runs the ranks once with the shared scratch arena installed, each
+// building its Trainer and running the warm-up forward and backward (Trainer::warm_up_as_standby,
+// no collective but the Trainer's construction), and joins them; single-threaded again, it forks
+// workers. A woken worker returns from here and runs the ranks for real (run_training): fresh
+// Trainers allocate the same sizes again, and the arena's per-size free lists hand them the blocks
+// the warm-up released, pages that the template populated and the worker mapped: no cold first
+// step.
+//
+// Sharing is safe because exactly one process uses the arena at a time: the template never reads
+// it after its warm-up (its Trainers are gone; what it keeps, the data, is private, loaded before
+// the arena), a waiting worker only maps its pages, and the supervisor wakes the next worker only
+// after it has reaped the dead one. What a woken worker finds there is the template's warm-up or a
+// killed worker's leftovers, and it reads none of it: its Trainers are built afresh (parameters
+// initialised, then overwritten by the checkpoint it resumes from; gradients zeroed each step;
+// parameters, gradients and optimizer state are PlacedFloats on the private heap anyway), and
+// every tensor in the arena is written (or zeroed) before it is read, as in any process whose
+// heap memory is reused.
+void serve_rank_threads_as_fork_template(const Config& config, const TrainerOptions& options,
+                                         const std::shared_ptr<const RunData>& data, int workers) {
+  install_fork_scratch();
+  try {
+    comm::spawn_ranks(
+        workers,
+        [&](comm::Communicator& comm) {
+          log::set_rank(comm.rank(), comm.size());
+          ScopedComputePool pool(static_cast<int>(config.train.threads));
+          TrainerOptions rank_options = options;
+          rank_options.comm = &comm;
+          rank_options.data = data;
+          Trainer trainer(config, rank_options);
+          trainer.warm_up_as_standby();
+        },
+        comm_options(config), rank_pinning(config));
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    std::replace(cause.begin(), cause.end(), '\n', ' ');
+    refuse_fork_template(fmt::format("its warm-up of {} rank threads failed: {}", workers, cause));
+  }
+  serve_forks_after_warm_up();  // returns in a woken worker
+}
+
 }  // namespace
 
 RunSummary run_training(const Config& config, const TrainerOptions& options) {
@@ -230,15 +272,16 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
   const int workers = strategy.run_whole || comm::launched_by_mpirun() ? 0
                       : strategy.thread_ranks ? strategy.thread_ranks(config)
                                               : static_cast<int>(config.parallel.workers);
-  // A fork server's template (fork_server.h) forks where the run's one Trainer runs on this
-  // thread; any other run would fork a process whose ranks are threads, or not a Trainer.
-  if (is_fork_template() && (workers != 1 || strategy.run_rank)) {
+  // A fork server's template (fork_server.h) serves runs whose ranks are each a Trainer: one on
+  // this thread (Trainer::run) or ranks that are threads (serve_rank_threads_as_fork_template).
+  // A strategy's own rank function or whole run may keep threads, or state, across the warm-up.
+  if (is_fork_template() &&
+      (strategy.run_whole || strategy.run_rank || comm::launched_by_mpirun())) {
     refuse_fork_template(
-        fmt::format("it serves runs of one worker whose ranks are a Trainer, and this one runs {}",
+        fmt::format("it serves runs whose ranks are each a Trainer, and this one runs {}",
                     strategy.run_whole || strategy.run_rank
                         ? fmt::format("parallel.strategy = \"{}\"", config.parallel.strategy)
-                    : comm::launched_by_mpirun() ? std::string("under mpirun")
-                                                 : fmt::format("{} ranks as threads", workers)));
+                        : std::string("under mpirun")));
   }
   if (strategy.run_whole) return strategy.run_whole(config, options);
   if (comm::launched_by_mpirun()) return run_under_mpi(config, options);
@@ -259,6 +302,8 @@ RunSummary run_training(const Config& config, const TrainerOptions& options) {
         std::min(workers, static_cast<int>(config.parallel.workers) + 1), workers,
         run_data_bytes(*data));
   }
+  // The data above is private memory: loaded before the template installs its shared arena.
+  if (is_fork_template()) serve_rank_threads_as_fork_template(config, options, data, workers);
   return with_in_process_restarts(config, options, [&](const TrainerOptions& attempt) {
     RunSummary summary;
     std::mutex summary_mutex;

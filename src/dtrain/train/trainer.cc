@@ -14,7 +14,6 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
-#include "dtrain/base/shared_scratch.h"
 #include "dtrain/base/stop_request.h"
 #include "dtrain/base/thread_pool.h"
 #include "dtrain/base/timeline.h"
@@ -292,28 +291,17 @@ void Trainer::warm_up_as_standby() {
 }
 
 void Trainer::serve_as_fork_template() {
+  // Ranks that are threads are served by run_training (launch.cc), which runs them once for the
+  // warm-up and forks where none runs; a rank thread never forks.
   if (options_.comm != nullptr) {
-    refuse_fork_template("it serves runs of one worker, and this run's ranks are threads");
+    refuse_fork_template("a rank that is a thread cannot fork its process");
   }
   // The warm-up's activations, and every tensor of at least 64 KiB allocated from here on, in
-  // memory the template shares with the workers it forks (base/shared_scratch.h). Address space
-  // only: the arena takes pages as they are first written; past its end tensors use the heap.
-  constexpr std::size_t kArenaBytes = std::size_t{16} << 30;
-  if (!shared_scratch::install(kArenaBytes)) {
-    log::warn(
-        "fork server: no shared scratch arena (mmap of {} GiB of address space failed: {}; with "
-        "vm.overcommit_memory = 2 it counts in full); workers' first steps are cold",
-        kArenaBytes >> 30, std::strerror(errno));
-  }
+  // memory the template shares with the workers it forks; the parameters, gradients, optimizer
+  // state and data were allocated before, in private memory.
+  install_fork_scratch();
   warm_up_as_standby();
-  timeline_mark(
-      fmt::format("template warmed up ({} MB of shared scratch)", shared_scratch::used() >> 20));
-  // No thread may run across a fork: the compute pool's workers end here and are started again
-  // in each forked worker.
-  set_compute_threads(1);
-  tensor::stop_blas_threads();
-  serve_forks([] { shared_scratch::populate(); });
-  set_compute_threads(static_cast<int>(config_.train.threads));
+  serve_forks_after_warm_up();  // returns in a woken worker, its compute pool started again
 }
 
 RunSummary Trainer::run() {

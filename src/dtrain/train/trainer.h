@@ -121,13 +121,15 @@ class Trainer {
   // collective with several ranks; `alone`: this rank evaluates all of it, no collective).
   Evaluation evaluate(bool alone = false);
 
- private:
-  void prepare_run_dir();
   // A warm standby's one forward and backward of a batch before it sleeps (standby.h), so that
   // the activations' pages and the GEMMs' buffers are in place when it takes over; the model's
   // buffers and gradients are restored after, and the parameters are never stepped. Only where the
   // strategy's forward and backward talk to no other rank (Strategy::forward_backward_is_local).
+  // Also a fork server's warm-up of ranks that are threads (run_training, launch.cc).
   void warm_up_as_standby();
+
+ private:
+  void prepare_run_dir();
   // In a fork server's template (fork_server.h): the warm-up with the activations in the shared
   // scratch arena, then forks until the supervisor goes away; returns in each forked worker once
   // it is woken, with its compute pool started again.

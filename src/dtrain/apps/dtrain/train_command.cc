@@ -785,8 +785,9 @@ Command add_train_command(CLI::App& app) {
   sub->add_flag("--fork-server", flags->fork_server,
                 "--max-restarts: keep one template process of the run (data loaded, model built "
                 "and warmed up, asleep) and a worker forked from it, so that a restart wakes "
-                "that worker instead of starting a process (docs/FAULTS.md); runs of one worker, "
-                "not with --mpirun, elastic workers or --warm-standby");
+                "that worker instead of starting a process (docs/FAULTS.md); runs whose ranks are "
+                "each a Trainer (one worker, or ranks as threads), not with --mpirun, elastic "
+                "workers or --warm-standby");
   sub->add_option("--restart-backoff", flags->restart_backoff,
                   "--max-restarts: seconds before the first restart, doubling after each (at "
                   "most 30 s); default 1")

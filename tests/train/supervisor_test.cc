@@ -13,6 +13,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "dtrain/base/timer.h"
+
 namespace dtrain::train {
 namespace {
 
@@ -35,6 +37,8 @@ TEST(Supervisor, RestartsDeathsAndFailedRanksButNotBadInputOrAskedStops) {
   EXPECT_FALSE(restartable(exited(143)));
   EXPECT_FALSE(restartable(exited(130)));
   EXPECT_FALSE(restartable(killed(SIGTERM)));
+  EXPECT_FALSE(restartable(exited(129)));  // SIGHUP: the terminal went away, a stop as SIGTERM
+  EXPECT_FALSE(restartable(killed(SIGHUP)));
   EXPECT_EQ(describe_wait_status(killed(SIGKILL)), "killed by signal 9 (SIGKILL)");
   EXPECT_EQ(describe_wait_status(exited(4)), "exit status 4");
 }
@@ -42,6 +46,22 @@ TEST(Supervisor, RestartsDeathsAndFailedRanksButNotBadInputOrAskedStops) {
 TEST(Supervisor, FindsTheRankAnErrorNames) {
   EXPECT_EQ(rank_named_in("error: rank 2: injected fault after step 40"), 2);
   EXPECT_EQ(rank_named_in("error: process 1 of 2: something"), 1);
+  // The rank that is gone, not the rank that reported it.
+  EXPECT_EQ(rank_named_in("error: rank 0: barrier (tag 0x7, 0 bytes): missing rank(s): 1 (rank 0 "
+                          "waited 2250 ms for the arguments of every rank)"),
+            1);
+  EXPECT_EQ(rank_named_in("error: process 0 of 2: rank 0: send to rank 1 (tag 0x12, 538644 bytes) "
+                          "did not complete before its deadline"),
+            1);
+  EXPECT_EQ(rank_named_in("error: process 1 of 2: rank 1: recv from rank 0 (tag 0x3, 8 bytes) "
+                          "did not complete before its deadline"),
+            0);
+  EXPECT_EQ(rank_named_in("mpirun noticed that process rank 1 with PID 0 on node vm exited on "
+                          "signal 9 (Killed)."),
+            1);
+  EXPECT_EQ(rank_named_in("error: ps server 0: bsp step 0 waited 0.8 s for the gradients of "
+                          "worker(s) 1 (rank 1)"),
+            1);
   EXPECT_EQ(rank_named_in("error: no rank here"), -1);
   EXPECT_EQ(rank_named_in(""), -1);
 }
@@ -169,6 +189,31 @@ TEST_F(SupervisorRun, GrowsTheJobBackByStoppingTheChild) {
   const auto log = restarts();
   ASSERT_EQ(log.size(), 1u);
   EXPECT_THAT(log[0]["cause"].get<std::string>(), HasSubstr("grow"));
+}
+
+// A child that stops itself (SIGSTOP) stays stopped: the supervisor kills it past
+// stopped_limit_seconds, names the stop as the cause, and the restart succeeds.
+TEST_F(SupervisorRun, KillsAndRestartsAChildStoppedPastTheLimit) {
+  SupervisorOptions options;
+  options.first_command = {"/bin/sh", "-c", "kill -STOP $$; exit 0"};
+  options.restart_command = [](int, int) {
+    return std::vector<std::string>{"/bin/sh", "-c", "exit 0"};
+  };
+  options.run_dir = dir_.string();
+  options.max_restarts = 1;
+  options.backoff_seconds = 0.01;
+  options.stopped_limit_seconds = 0.2;
+  options.stopped_limit_name = "parallel.comm_timeout_seconds = 0.2";
+  Stopwatch clock;
+  EXPECT_EQ(supervise(options), 0);
+  EXPECT_LT(clock.seconds(), 5.0);
+  const auto log = restarts();
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0]["ended"], "killed by signal 9 (SIGKILL)");
+  EXPECT_THAT(
+      log[0]["cause"].get<std::string>(),
+      HasSubstr("was stopped (SIGSTOP) for 0.2 s, past parallel.comm_timeout_seconds = 0.2"));
+  EXPECT_TRUE(log[0]["rank"].is_null());
 }
 
 }  // namespace

@@ -21,6 +21,9 @@ void install_stop_handlers() {
   static const bool installed = [] {
     std::signal(SIGTERM, on_stop_signal);
     std::signal(SIGINT, on_stop_signal);
+    // A closed terminal or a dropped ssh session: the run would die without a checkpoint (or, under
+    // the supervisor, lose its supervisor and train on unwatched), so it stops as on SIGTERM.
+    std::signal(SIGHUP, on_stop_signal);
     return true;
   }();
   (void)installed;
@@ -34,6 +37,7 @@ const char* stop_signal_name(int signal) {
   switch (signal) {
     case SIGTERM: return "SIGTERM";
     case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
     default: return "a signal";
   }
 }

@@ -1,5 +1,6 @@
 // A graceful stop asked for by a signal: SIGTERM (what Slurm, Kubernetes and most schedulers send
-// before they kill a preempted job) or SIGINT (Ctrl-C).
+// before they kill a preempted job), SIGINT (Ctrl-C) or SIGHUP (the terminal closed, the ssh
+// session dropped).
 //
 // install_stop_handlers() makes the first such signal only raise a flag, which the training loop
 // reads at its step boundaries (the ranks agree on it in one small collective, so that all of them
@@ -11,16 +12,16 @@
 
 namespace dtrain {
 
-// Installs the handlers for SIGTERM and SIGINT; idempotent.
+// Installs the handlers for SIGTERM, SIGINT and SIGHUP; idempotent.
 void install_stop_handlers();
 
-// The signal that asked for a stop (SIGTERM, SIGINT), or 0.
+// The signal that asked for a stop (SIGTERM, SIGINT, SIGHUP), or 0.
 int stop_requested();
 
 // For tests: pretend `signal` arrived (0 clears the request).
 void set_stop_request_for_test(int signal);
 
-// "SIGTERM", "SIGINT" or "signal N".
+// "SIGTERM", "SIGINT", "SIGHUP" or "a signal".
 const char* stop_signal_name(int signal);
 
 }  // namespace dtrain

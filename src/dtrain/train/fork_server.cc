@@ -55,22 +55,21 @@ Channels channels() {
 // Set in a forked worker: it is the run from then on, not a template.
 std::atomic<bool> forked_off{false};
 
-// The stop handlers as the run installed them (std::signal: with SA_RESTART), for a woken worker.
-struct sigaction term_handler {};
-struct sigaction int_handler {};
+// The stop signals (base/stop_request.h) and their handlers as the run installed them
+// (std::signal: with SA_RESTART), for a woken worker.
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP};
+struct sigaction stop_handlers[std::size(kStopSignals)] = {};
 
-// While the template and its workers wait, SIGTERM and SIGINT must end the wait: a handler with
+// While the template and its workers wait, a stop signal must end the wait: a handler with
 // SA_RESTART would resume the template's read() and leave the stop flag set in every worker
 // forked after it (which would then stop at its first step). Without it the wait returns EINTR.
 void stop_signals_end_waits() {
-  sigaction(SIGTERM, nullptr, &term_handler);
-  sigaction(SIGINT, nullptr, &int_handler);
-  struct sigaction term = term_handler;
-  struct sigaction interrupt = int_handler;
-  term.sa_flags &= ~SA_RESTART;
-  interrupt.sa_flags &= ~SA_RESTART;
-  sigaction(SIGTERM, &term, nullptr);
-  sigaction(SIGINT, &interrupt, nullptr);
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i) {
+    sigaction(kStopSignals[i], nullptr, &stop_handlers[i]);
+    struct sigaction ending = stop_handlers[i];
+    ending.sa_flags &= ~SA_RESTART;
+    sigaction(kStopSignals[i], &ending, nullptr);
+  }
 }
 
 void set_name(const char* name) { prctl(PR_SET_NAME, name, 0, 0, 0); }
@@ -131,12 +130,13 @@ void become_worker(const Channels& c, const std::function<void()>& in_worker) {
   for (;;) {
     const int signal = sigwaitinfo(&wake, nullptr);
     if (signal == SIGUSR1) break;
-    if (stop_requested() != 0) _exit(0);  // SIGTERM / SIGINT: nothing to save
+    if (stop_requested() != 0) _exit(0);  // a stop signal: nothing to save
   }
   prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
   pthread_sigmask(SIG_UNBLOCK, &wake, nullptr);
-  sigaction(SIGTERM, &term_handler, nullptr);
-  sigaction(SIGINT, &int_handler, nullptr);
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i) {
+    sigaction(kStopSignals[i], &stop_handlers[i], nullptr);
+  }
   close(c.command_fd);
   close(c.ready_fd);
   // The run from here on is no template: nothing it starts may take the closed pipes for its own.

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -17,9 +18,11 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "dtrain/base/env.h"
@@ -50,10 +53,10 @@ constexpr int kStandbyFd = 3;
 
 // Starts `argv` with the supervisor's environment plus DTRAIN_ERROR_FILE and `extra_env`; returns
 // its pid. `fds`: pipe ends the child gets as fds 3, 4, ... (dup2-ed; all others the supervisor
-// opens are close-on-exec).
+// opens are close-on-exec). `stderr_fd` >= 0: the child's stderr.
 pid_t start_child(const std::vector<std::string>& argv, const std::string& error_file,
-                  const std::vector<int>& fds = {},
-                  const std::vector<std::string>& extra_env = {}) {
+                  const std::vector<int>& fds = {}, const std::vector<std::string>& extra_env = {},
+                  int stderr_fd = -1) {
   std::vector<char*> args = env::c_strings(argv);
   std::vector<std::string> env_strings =
       env::environment_without({"DTRAIN_ERROR_FILE", "DTRAIN_STANDBY_FD", "DTRAIN_FORK_SERVER"});
@@ -76,6 +79,7 @@ pid_t start_child(const std::vector<std::string>& argv, const std::string& error
   for (std::size_t i = 0; i < fds.size(); ++i) {
     posix_spawn_file_actions_adddup2(&actions, fds[i], kStandbyFd + static_cast<int>(i));
   }
+  if (stderr_fd >= 0) posix_spawn_file_actions_adddup2(&actions, stderr_fd, STDERR_FILENO);
   pid_t pid = 0;
   const int rc = posix_spawnp(&pid, args[0], &actions, &attributes, args.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
@@ -226,14 +230,29 @@ void on_child_signal(int) {
   errno = saved;
 }
 
-// Waits for `pid`, passing on the first SIGTERM / SIGINT the supervisor receives; returns the
-// wait status and sets `forwarded` to the signal passed on (0: none). `grow`: when it returns
+// A child stopped (SIGSTOP, SIGTSTP) for longer than the run's deadline, which the supervisor
+// killed.
+struct StoppedKill {
+  bool killed = false;
+  std::string cause;  // "the training process 123 was stopped (SIGSTOP) for 3.0 s, past ..."
+};
+
+// Waits for `pid`, passing on the first SIGTERM / SIGINT / SIGHUP the supervisor receives; returns
+// the wait status and sets `forwarded` to the signal passed on (0: none). `grow`: when it returns
 // true, the child is asked to stop (SIGTERM) once, and `growing` is set. `upkeep`: called at each
-// look (the warm standby's upkeep).
+// look (the warm standby's upkeep). `stopped_limit` > 0: a child that stays stopped that long is
+// killed (SIGKILL) and `stopped` says so: its ranks are threads of that one process, so no
+// deadline of theirs can fire while it is stopped, and nothing else would ever end the wait.
 int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, bool& growing,
-               const std::function<void()>& upkeep) {
+               const std::function<void()>& upkeep, double stopped_limit,
+               const std::string& stopped_limit_name, StoppedKill& stopped) {
   forwarded = 0;
   growing = false;
+  stopped = StoppedKill{};
+  // WUNTRACED / WCONTINUED report the child's stops and continues (once each) besides its end.
+  const int flags = WNOHANG | (stopped_limit > 0 ? WUNTRACED | WCONTINUED : 0);
+  std::optional<Stopwatch> stopped_for;  // set while the child is stopped
+  int stop_signal = 0;
   for (;;) {
     if (upkeep) upkeep();
     if (!growing && forwarded == 0 && grow && grow()) {
@@ -241,10 +260,28 @@ int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, boo
       kill(pid, SIGTERM);
     }
     int status = 0;
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) return status;
+    const pid_t done = waitpid(pid, &status, flags);
+    if (done == pid) {
+      if (WIFSTOPPED(status)) {
+        stopped_for.emplace();
+        stop_signal = WSTOPSIG(status);
+      } else if (WIFCONTINUED(status)) {
+        stopped_for.reset();
+      } else {
+        return status;
+      }
+    }
     if (done < 0 && errno != EINTR) {
       throw InternalError(fmt::format("waitpid({}) failed: {}", pid, std::strerror(errno)));
+    }
+    if (stopped_for && !stopped.killed && stopped_for->seconds() >= stopped_limit) {
+      const char* name = sigabbrev_np(stop_signal);
+      stopped.cause =
+          fmt::format("the training process {} was stopped (SIG{}) for {:.1f} s, past {}", pid,
+                      name != nullptr ? name : "?", stopped_for->seconds(), stopped_limit_name);
+      stopped.killed = true;
+      log::warn("supervisor: {}: killing it (SIGKILL)", stopped.cause);
+      kill(pid, SIGKILL);  // ends a stopped process too; its end is reaped above
     }
     if (forwarded == 0 && stop_requested() != 0) {
       forwarded = stop_requested();
@@ -259,6 +296,71 @@ int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, boo
     }
   }
 }
+
+// The stderr of a launcher child (mpirun), passed through to the supervisor's own: mpirun names the
+// process that died ("mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9
+// (Killed).") there alone, not in the file of `error:` lines the ranks write.
+class LauncherStderr {
+ public:
+  LauncherStderr() {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      throw Error(fmt::format("supervisor: cannot make the pipe of mpirun's stderr: {}",
+                              std::strerror(errno)));
+    }
+    read_fd_ = fds[0];
+    write_fd_ = fds[1];
+    fcntl(read_fd_, F_SETFL, O_NONBLOCK);
+    // Room for a burst of output while the supervisor looks elsewhere (a grow probe's wait).
+    fcntl(write_fd_, F_SETPIPE_SZ, 1 << 20);
+  }
+  ~LauncherStderr() {
+    close(read_fd_);
+    if (write_fd_ >= 0) close(write_fd_);
+  }
+  LauncherStderr(const LauncherStderr&) = delete;
+  LauncherStderr& operator=(const LauncherStderr&) = delete;
+
+  int child_end() const { return write_fd_; }
+  // After the start: only the child holds the write end.
+  void started() {
+    close(write_fd_);
+    write_fd_ = -1;
+  }
+  // Copies what the child wrote so far to stderr; does not block.
+  void pump() {
+    char buffer[16384];
+    ssize_t got = 0;
+    while ((got = read(read_fd_, buffer, sizeof(buffer))) > 0) {
+      for (ssize_t done = 0; done < got;) {
+        const ssize_t wrote =
+            write(STDERR_FILENO, buffer + done, static_cast<std::size_t>(got - done));
+        if (wrote < 0 && errno == EINTR) continue;
+        if (wrote <= 0) break;  // no terminal left (SIGHUP): the text is dropped
+        done += wrote;
+      }
+      partial_.append(buffer, static_cast<std::size_t>(got));
+      std::size_t newline = 0;
+      while ((newline = partial_.find('\n')) != std::string::npos) {
+        const std::string_view line(partial_.data(), newline);
+        if (line.find("process rank ") != std::string_view::npos &&
+            line.find("exited on signal") != std::string_view::npos) {
+          death_ = std::string(line);
+        }
+        partial_.erase(0, newline + 1);
+      }
+      if (partial_.size() > 4096) partial_.clear();  // no line of mpirun's is that long
+    }
+  }
+  // mpirun's line naming the process that a signal ended, or "".
+  const std::string& death() const { return death_; }
+
+ private:
+  int read_fd_ = -1;
+  int write_fd_ = -1;
+  std::string partial_;
+  std::string death_;
+};
 
 // The last line of `path` that starts with "error:", or "".
 std::string last_error_line(const std::string& path) {
@@ -301,12 +403,14 @@ std::string describe_wait_status(int status) {
 
 bool restartable(int status) {
   if (WIFSIGNALED(status)) {
-    // A stop the child was asked for ends supervision; any other signal is a death to mend.
-    return WTERMSIG(status) != SIGTERM && WTERMSIG(status) != SIGINT;
+    // A stop the child was asked for ends supervision (SIGHUP: its terminal went away); any other
+    // signal is a death to mend.
+    return WTERMSIG(status) != SIGTERM && WTERMSIG(status) != SIGINT && WTERMSIG(status) != SIGHUP;
   }
   if (!WIFEXITED(status)) return false;
   const int code = WEXITSTATUS(status);
-  return !(code == 0 || code == 1 || code == 2 || code == 128 + SIGTERM || code == 128 + SIGINT);
+  return !(code == 0 || code == 1 || code == 2 || code == 128 + SIGTERM || code == 128 + SIGINT ||
+           code == 128 + SIGHUP);
 }
 
 std::int64_t last_logged_step(const std::string& path) {
@@ -347,18 +451,28 @@ std::int64_t last_logged_step(const std::string& path) {
 }
 
 int rank_named_in(const std::string& error_line) {
-  for (const std::string_view key : {"process ", "rank "}) {
-    std::size_t at = 0;
-    while ((at = error_line.find(key, at)) != std::string::npos) {
-      at += key.size();
-      std::size_t end = at;
-      while (end < error_line.size() && std::isdigit(static_cast<unsigned char>(error_line[end]))) {
-        ++end;
+  // The number after the first of `keys` found in the line, or -1.
+  const auto number_after = [&](std::initializer_list<std::string_view> keys) {
+    for (const std::string_view key : keys) {
+      std::size_t at = 0;
+      while ((at = error_line.find(key, at)) != std::string::npos) {
+        at += key.size();
+        std::size_t end = at;
+        while (end < error_line.size() &&
+               std::isdigit(static_cast<unsigned char>(error_line[end]))) {
+          ++end;
+        }
+        if (end > at && end - at < 9) return std::stoi(error_line.substr(at, end - at));
       }
-      if (end > at) return std::stoi(error_line.substr(at, end - at));
     }
-  }
-  return -1;
+    return -1;
+  };
+  // The rank that is gone, where the line names one, before the rank that reported it: a barrier's
+  // "missing rank(s): 1", mpirun's "process rank 1 ... exited on signal 9", a wait for a peer
+  // ("rank 0: recv from rank 1 ... did not complete before its deadline").
+  const int gone = number_after({"missing rank(s): ", "process rank ", "from rank ", "to rank "});
+  if (gone >= 0) return gone;
+  return number_after({"process ", "rank "});
 }
 
 namespace {
@@ -386,6 +500,34 @@ struct DismissOnExit {
   Process& process;
   ~DismissOnExit() { dismiss(process); }
 };
+
+}  // namespace
+
+std::string memory_checkpoint_note(const std::string& run_dir) {
+  const auto folder = memory_folder_of(run_dir);
+  if (!folder) return "";
+  const MemoryCheckpoint memory(run_dir, *folder);
+  std::error_code ec;
+  const auto bytes = fs::file_size(memory.path(), ec);
+  if (ec || !memory.holds_any()) return "";
+  return fmt::format(
+      "the run's memory checkpoint stays in {} ({:.1f} MB of shared memory): `dtrain train "
+      "--resume {}` continues from it; `rm {}` frees the memory",
+      memory.path(), static_cast<double>(bytes) / 1e6, run_dir, memory.path());
+}
+
+namespace {
+
+// A run that ends for good keeps its memory tier (a --resume can still use it); one line says
+// where it is and how to free the memory it holds (tmpfs counts as shared memory until removed).
+void note_memory_checkpoint(const std::string& run_dir) {
+  try {
+    const std::string note = memory_checkpoint_note(run_dir);
+    if (!note.empty()) log::warn("supervisor: {}", note);
+  } catch (const std::exception&) {
+    // A note, not worth failing the exit status the run earned over.
+  }
+}
 
 }  // namespace
 
@@ -441,7 +583,13 @@ int supervise(const SupervisorOptions& options) {
       attempt_errors = error_file;
       fs::remove(attempt_errors, ec);
     }
-    const pid_t pid = activated >= 0 ? activated : start_child(command, attempt_errors);
+    std::optional<LauncherStderr> launcher_stderr;
+    if (options.child_is_launcher) launcher_stderr.emplace();
+    const pid_t pid = activated >= 0
+                          ? activated
+                          : start_child(command, attempt_errors, {}, {},
+                                        launcher_stderr ? launcher_stderr->child_end() : -1);
+    if (launcher_stderr) launcher_stderr->started();
     activated = -1;
     int forwarded = 0;
     bool growing = false;
@@ -549,7 +697,16 @@ int supervise(const SupervisorOptions& options) {
         }
       };
     }
-    const int status = wait_child(pid, forwarded, grow, growing, upkeep);
+    // No standby or fork server with a launcher: the upkeep is passing its stderr on.
+    if (launcher_stderr) upkeep = [&] { launcher_stderr->pump(); };
+    StoppedKill stopped;
+    const int status =
+        wait_child(pid, forwarded, grow, growing, upkeep, options.stopped_limit_seconds,
+                   options.stopped_limit_name, stopped);
+    // What mpirun wrote before it ended is in the pipe now (EOF is not waited for: a process it
+    // left behind may hold the pipe open).
+    if (launcher_stderr) launcher_stderr->pump();
+    const std::string launcher_death = launcher_stderr ? launcher_stderr->death() : "";
     timeline_mark(fmt::format("supervisor saw the end of pid {}", pid));
     const double ran = attempt.seconds();
     // A run that wrote its summary.json during this attempt had finished: a process that died
@@ -585,21 +742,49 @@ int supervise(const SupervisorOptions& options) {
       --restart;  // a grow does not spend a restart
       continue;
     }
-    if (forwarded != 0 || !restartable(status)) return exit_code_of(status);
+    if (forwarded != 0) {
+      // A stop the supervisor passed on: it exits as killed by that signal (143, 130, 129), also
+      // when mpirun, which passed it on in turn, ends with a status of its own (1), or when the
+      // child was stopped and had to be killed.
+      if (status != 0 && (options.child_is_launcher || stopped.killed)) return 128 + forwarded;
+      return exit_code_of(status);
+    }
+    if (!restartable(status)) {
+      if (status != 0) note_memory_checkpoint(options.run_dir);
+      return exit_code_of(status);
+    }
     const std::string cause_line = last_error_line(attempt_errors);
     if (attempt_errors != error_file) fs::remove(attempt_errors, ec);  // a woken standby's
     const std::string how = describe_wait_status(status);
+    // The cause and the rank it names. A frozen process printed nothing: the supervisor's own
+    // kill is the cause. A process of an mpirun job that a signal ended printed nothing either
+    // (the others' errors, if any, name themselves): mpirun's line names it.
+    std::string cause;  // for the warning (without "error: ")
+    std::string cause_record;
+    int failed_rank = -1;
+    if (stopped.killed) {
+      cause = cause_record = stopped.cause;
+    } else if (!launcher_death.empty()) {
+      cause = cause_record = launcher_death;
+      failed_rank = rank_named_in(launcher_death);
+    } else if (!cause_line.empty()) {
+      cause = cause_line.substr(7);
+      cause_record = cause_line;
+      failed_rank = rank_named_in(cause_line);
+    } else {
+      cause_record = how;
+    }
     if (restart >= options.max_restarts) {
-      log::warn("supervisor: the run ended with {} and all {} restarts are spent; giving up ({})",
-                how, options.max_restarts, log_path);
+      log::warn("supervisor: the run ended with {}{} and all {} restarts are spent; giving up ({})",
+                how, cause.empty() ? "" : ": " + cause, options.max_restarts, log_path);
+      note_memory_checkpoint(options.run_dir);
       return exit_code_of(status);
     }
-    const int failed_rank = rank_named_in(cause_line);
     nlohmann::json record = {{"restart", launch + 1},
                              {"at", now_iso8601()},
                              {"attempt_seconds", ran},
                              {"ended", how},
-                             {"cause", cause_line.empty() ? how : cause_line},
+                             {"cause", cause_record},
                              {"rank", failed_rank >= 0 ? nlohmann::json(failed_rank) : nullptr}};
     const std::int64_t logged =
         last_logged_step((fs::path(options.run_dir) / "metrics.jsonl").string());
@@ -648,8 +833,7 @@ int supervise(const SupervisorOptions& options) {
     log::warn(
         "supervisor: the run ended with {}{}; restart {} of {} in {:.1f} s from {}{} (logged in "
         "{})",
-        how, cause_line.empty() ? "" : ": " + cause_line.substr(7), restart + 1,
-        options.max_restarts, backoff,
+        how, cause.empty() ? "" : ": " + cause, restart + 1, options.max_restarts, backoff,
         record["checkpoint"].is_string() ? record["checkpoint"].get<std::string>()
                                          : std::string("the beginning"),
         warm     ? " by the warm standby"

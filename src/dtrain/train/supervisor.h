@@ -7,10 +7,11 @@
 //   child ends with                                   supervisor
 //   status 0                                          done: exits 0
 //   status 1 or 2 (bad command line, bad input)       exits with it: a restart would fail alike
-//   128 + SIGTERM / SIGINT (a stop that was asked)     exits with it: the stop was wanted
+//   128 + SIGTERM / SIGINT / SIGHUP (an asked stop)    exits with it: the stop was wanted
 //   a signal (kill -9, OOM killer), status 3 or 4     restarts (internal error; a rank failed or
 //     (a rank failed / a deadline fired), any other     a deadline fired) after the back-off
-//     status (mpirun's own)
+//     status (mpirun's own); stopped (SIGSTOP) past     (the supervisor kills a stopped child
+//     stopped_limit_seconds                              first)
 //
 // Elastic membership (--min-workers, --max-workers): a restart after a failure may run on fewer
 // workers (the checkpoint is resharded), and a later one grows back (see can_grow).
@@ -18,8 +19,9 @@
 // Each restart is a line of <run_dir>/restarts.jsonl: when, the cause (the child's last `error:`
 // line, written to DTRAIN_ERROR_FILE by the dtrain main, or the signal), the rank the cause names,
 // the checkpoint resumed from and its step, the last step metrics.jsonl logged, the steps lost (at
-// least: steps between log records are not counted), the back-off. A SIGTERM or SIGINT sent to
-// the supervisor is passed to the child (which checkpoints and stops) and ends supervision.
+// least: steps between log records are not counted), the back-off. A SIGTERM, SIGINT or SIGHUP
+// sent to the supervisor is passed to the child (which checkpoints and stops) and ends supervision
+// with 128 + the signal. A run that fails for good says where its memory checkpoint stays.
 #pragma once
 
 #include <functional>
@@ -65,6 +67,14 @@ struct SupervisorOptions {
   // without a newer checkpoint (k = 0 for the first failure and after an attempt that
   // checkpointed further).
   double backoff_seconds = 1.0;
+  // A child that stays stopped (SIGSTOP, SIGTSTP) this long is killed (SIGKILL) and restarted like
+  // any death, the cause naming the stop: its ranks are threads of that one process, so none of
+  // their deadlines can fire while it is stopped. The run's deadline
+  // (parallel.comm_timeout_seconds) is the natural value. 0: never (with a launcher: a stopped
+  // process of an mpirun job is caught by the other processes' deadlines).
+  double stopped_limit_seconds = 0.0;
+  // What set it, for the messages: "parallel.comm_timeout_seconds = 3".
+  std::string stopped_limit_name;
 };
 
 // Runs the child until it succeeds, fails for good or max_restarts are spent; returns the exit
@@ -84,7 +94,14 @@ bool restartable(int status);
 // just ended logged last), or -1 (no such record, no file). Reads the file from its end.
 std::int64_t last_logged_step(const std::string& path);
 
-// The rank an error line names ("rank 1: ...", "error: process 1 of 2: ..."), or -1.
+// For a run in `run_dir` that ended for good: "the run's memory checkpoint stays in <file> (<size>
+// MB of shared memory): `dtrain train --resume <run_dir>` continues from it; `rm <file>` frees the
+// memory", or "" when its resolved.toml turns no memory tier on or the file holds nothing.
+std::string memory_checkpoint_note(const std::string& run_dir);
+
+// The rank an error line names, or -1: the rank it names as missing or dead ("missing rank(s): 1",
+// mpirun's "process rank 1 ... exited on signal 9", "send to rank 1 ... did not complete before
+// its deadline") before the rank that reports ("rank 1: ...", "error: process 1 of 2: ...").
 int rank_named_in(const std::string& error_line);
 
 }  // namespace dtrain::train

@@ -12,9 +12,11 @@
 
 #include "cli_checks.h"
 #include "commands.h"
+#include "dtrain/base/env.h"
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
 #include "dtrain/base/stop_request.h"
+#include "dtrain/comm/communicator.h"
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/train/config.h"
 #include "dtrain/train/grow_probe.h"
@@ -144,7 +146,8 @@ int np_index(const std::vector<std::string>& words) {
 // --min-workers; after --grow-after seconds on fewer than --max-workers the supervisor stops the
 // run (it checkpoints) and restarts it on one more. The checkpoint is resharded each time.
 int supervise_training(const TrainFlags& flags, const std::string& run_dir,
-                       std::int64_t config_workers) {
+                       const train::Config& config) {
+  const std::int64_t config_workers = config.parallel.workers;
   if (comm::launched_by_mpirun()) {
     throw ConfigError(
         "--max-restarts supervises the whole job and restarts mpirun itself, so it runs outside "
@@ -269,6 +272,21 @@ int supervise_training(const TrainFlags& flags, const std::string& run_dir,
     options.grow_after_seconds = flags.grow_after;
   }
   options.child_is_launcher = !launcher.empty();
+  if (launcher.empty()) {
+    // The ranks are threads of the child: a stopped child (SIGSTOP) fires none of their deadlines,
+    // so the supervisor ends it past the same deadline. Under mpirun the other processes' do.
+    if (config.parallel.comm_timeout_seconds > 0) {
+      options.stopped_limit_seconds = config.parallel.comm_timeout_seconds;
+      options.stopped_limit_name =
+          fmt::format("parallel.comm_timeout_seconds = {:g}", config.parallel.comm_timeout_seconds);
+    } else {
+      options.stopped_limit_seconds =
+          std::chrono::duration<double>(comm::default_comm_timeout()).count();
+      options.stopped_limit_name =
+          fmt::format("the communication deadline of {:g} s (parallel.comm_timeout_seconds)",
+                      options.stopped_limit_seconds);
+    }
+  }
   if (flags.warm_standby) {
     if (elastic || !launcher.empty()) {
       throw ConfigError(
@@ -365,12 +383,12 @@ Outputs (in --out, default runs/<config name>-<YYYYmmdd-HHMMSS>):
                            checkpoint_every_seconds, mtbf_hours; and on SIGTERM / SIGINT)
   restarts.jsonl           --max-restarts: one line per restart (cause, rank, steps lost)
 
-SIGTERM or SIGINT (Ctrl-C) saves a checkpoint after the current step and stops (a second one stops
-at once); `--resume` continues from it. See docs/FAULTS.md.
+SIGTERM, SIGINT (Ctrl-C) or SIGHUP (the terminal closed) saves a checkpoint after the current step
+and stops (a second one stops at once); `--resume` continues from it. See docs/FAULTS.md.
 
 Exit codes: 0 success, 1 bad command line, 2 bad input (config, data, checkpoint), 3 internal error,
 4 a rank failed or a deadline passed (--max-restarts restarts on 3, 4 and deaths by a signal),
-128 + signal: stopped by SIGTERM (143) or SIGINT (130) after saving a checkpoint.)";
+128 + signal: stopped by SIGTERM (143), SIGINT (130) or SIGHUP (129) after saving a checkpoint.)";
 
 // --compression sets the strategy's own key: parameter_server.compression under parallel.strategy
 // = "parameter_server" (from --strategy, or else the config file with its --set overrides),
@@ -579,7 +597,7 @@ int run_train(const TrainFlags& flags) {
     options.run_dir = flags.out.empty() ? default_out_dir(flags.config) : flags.out;
   }
   if (flags.max_restarts > 0) {
-    return supervise_training(flags, options.run_dir, config.parallel.workers);
+    return supervise_training(flags, options.run_dir, config);
   }
   if (flags.min_workers > 0 || flags.max_workers > 0) {
     throw ConfigError(
@@ -598,7 +616,23 @@ int run_train(const TrainFlags& flags) {
         "N with it");
   }
   install_stop_handlers();
-  const train::RunSummary summary = train::run_training(config, options);
+  const train::RunSummary summary = [&] {
+    try {
+      return train::run_training(config, options);
+    } catch (...) {
+      // A failed run keeps its memory checkpoint for --resume: say where it is and how to free it
+      // (once per job: rank 0; a supervised child's supervisor says it when it gives up).
+      if (!env::get("DTRAIN_ERROR_FILE") && comm::launcher_rank() == 0) {
+        try {
+          const std::string note = train::memory_checkpoint_note(options.run_dir);
+          if (!note.empty()) log::warn("{}", note);
+        } catch (const std::exception&) {
+          // The error being thrown is the one to report.
+        }
+      }
+      throw;
+    }
+  }();
   // A stop asked for by SIGTERM / SIGINT: exit as a process killed by it would, after the
   // checkpoint (a scheduler or the supervisor then knows the run is incomplete).
   return summary.stopped_by_signal != 0 ? 128 + summary.stopped_by_signal : 0;

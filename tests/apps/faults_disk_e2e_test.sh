@@ -2,9 +2,11 @@
 # End-to-end: no good checkpoint is ever lost and a diagnostic file never costs the run
 # (docs/FAULTS.md, "Checkpoints that are never lost").
 #   always:          a corrupt newest checkpoint -> --resume falls back to the previous one, saying so;
+#                    a resume with fewer --epochs than the run has done -> refused, nothing rewritten;
 #                    a `latest` that cannot be written -> warnings, exit 0, --resume still finds the
 #                    newest checkpoint
 #   with a tmpfs:    trace.json on a full disk -> warning, exit 0, summary.json written;
+#                    checkpoints that fill it -> the older removed to make room, one warning, exit 0;
 #                    a checkpoint that does not fit -> exit 2 naming the file, the previous
 #                    checkpoint intact, and --resume continues from it once there is room
 # Mounting needs privileges (root in a container that allows it); without them the full-disk cases
@@ -80,6 +82,25 @@ expect_stderr "latest is missing; resuming from $run/checkpoints/epoch-2.ckpt"
 [[ $(summary_value "$run" resumed_from_epoch) == 2 ]] || fail "did not resume from epoch 2"
 echo "ok: an unwritable latest costs nothing: exit 0, and --resume finds epoch-2.ckpt"
 
+# --- A stopped run resumed with fewer --epochs than it has done: refused, nothing rewritten ------
+run="$TMP/past"
+run_dtrain 0 train "${QUICK[@]}" --epochs 5 --set train.checkpoint_every_steps=3 \
+  --set train.keep_checkpoints=0 --out "$run"
+# As a run stopped by SIGTERM inside epoch 5 (8 steps per epoch): its newest is epoch-4-step-36.
+rm "$run/summary.json" "$run/checkpoints/epoch-4-step-39.ckpt" "$run/checkpoints/epoch-5.ckpt"
+echo epoch-4-step-36.ckpt > "$run/checkpoints/latest"
+cp "$run/resolved.toml" "$TMP/resolved.before"
+cp "$run/metrics.jsonl" "$TMP/metrics.before"
+run_dtrain 2 train --resume "$run" --epochs 2 --quiet
+expect_stderr "error: --resume $run: the newest checkpoint $run/checkpoints/epoch-4-step-36.ckpt is past --epochs 2 (4 epochs and 36 steps done); give --epochs 5 or more to continue it"
+[[ ! -e "$run/summary.json" ]] || fail "a summary.json was written for a run past --epochs"
+cmp -s "$run/resolved.toml" "$TMP/resolved.before" || fail "resolved.toml was rewritten"
+cmp -s "$run/metrics.jsonl" "$TMP/metrics.before" || fail "metrics.jsonl was rewritten"
+run_dtrain 0 train --resume "$run" --quiet
+[[ $(summary_value "$run" epochs) == 5 && $(summary_value "$run" steps) == 40 ]] \
+  || fail "the resume without --epochs did not finish the 5 epochs"
+echo "ok: a resume with fewer --epochs than done is refused in one line and changes nothing"
+
 # --- Full disks (a small tmpfs) -----------------------------------------------------------------
 mkdir -p "$MNT"
 if ! mount -t tmpfs -o size=1m tmpfs "$MNT" 2> /dev/null; then
@@ -99,6 +120,19 @@ expect_stderr "cannot write $run/trace.json: .*No space left on device.*the run 
 no_temp_files "$run"
 echo "ok: trace.json on a full disk: one warning, exit 0, summary.json written"
 rm -rf "$MNT/filler" "$run"
+
+# The kept checkpoints fill the disk: 2 of 384 kB fit in 1 MB, a third not. Each save that finds
+# no space removes the older one (never the newest complete) and writes its file; said once.
+run="$MNT/keep"
+run_dtrain 0 train "${QUICK[@]}" --epochs 2 --set 'model.hidden=[640]' \
+  --set train.checkpoint_every_steps=3 --out "$run"
+[[ $(grep -c "no space for" "$TMP/err.txt") == 1 ]] || { cat "$TMP/err.txt" >&2; fail "expected one warning"; }
+expect_stderr "no space for epoch-1.ckpt in $run/checkpoints: removed epoch-0-step-3.ckpt (older than epoch-0-step-6.ckpt, the newest complete checkpoint, which is kept) and wrote it"
+[[ $(cat "$run/checkpoints/latest") == epoch-2.ckpt && -f "$run/summary.json" ]] \
+  || fail "the run did not end with its epoch-2.ckpt and summary.json"
+no_temp_files "$run/checkpoints"
+echo "ok: checkpoints that fill the disk: the older removed, every save written, exit 0"
+rm -rf "$run"
 
 # A checkpoint that does not fit: epoch-1.ckpt (615 kB) fits in 1 MB, epoch-2.ckpt next to it not.
 run="$MNT/ckpt"

@@ -2,11 +2,13 @@
 // the newest checkpoint that verifies, whatever happened to `latest` or to the newest file.
 #include "dtrain/train/checkpoint_dir.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -313,6 +315,97 @@ TEST(CheckpointDir, ACheckpointThatDoesNotFitLeavesNoTempFileAndTheOldFilesIntac
   const auto [found, log] = newest_good_logged(checkpoints);
   EXPECT_EQ(found.path, first);
   EXPECT_EQ(log, "");
+}
+
+// A disk of `capacity` bytes for the checkpoints of `folder`: a write that would take the files
+// there past it fails as a full disk does (ENOSPC), leaving no file behind.
+CheckpointDir::FileWriter disk_of(std::int64_t capacity, const std::string& folder) {
+  return [capacity, folder](const std::string& path, std::string_view bytes) {
+    std::int64_t used = 0;
+    for (const auto& entry : fs::directory_iterator(folder)) {
+      if (entry.path() != fs::path(path)) used += static_cast<std::int64_t>(entry.file_size());
+    }
+    if (used + static_cast<std::int64_t>(bytes.size()) > capacity) {
+      throw FileWriteError(
+          fmt::format("cannot write {}: writing {}.tmp failed: No space left on device", path,
+                      path),
+          ENOSPC);
+    }
+    write_file_atomically(path, bytes);
+  };
+}
+
+// The kept checkpoints fill a small disk: a save that finds no space removes the older ones (never
+// the newest that verifies), writes its file with one warning, and the run's checkpoints go on.
+TEST(CheckpointDir, NoSpaceRemovesTheOlderCheckpointsAndWritesTheNewOne) {
+  TempDir dir;
+  CheckpointDir checkpoints(dir.folder(), /*keep=*/2);
+  const std::string first = checkpoints.save(make_checkpoint(1));
+  const auto size = static_cast<std::int64_t>(fs::file_size(first));
+  checkpoints.set_file_writer_for_test(disk_of(2 * size + 100, dir.folder()));  // room for 2
+  checkpoints.save(make_checkpoint(1, 150));
+  ::testing::internal::CaptureStderr();
+  const std::string third = checkpoints.save(make_checkpoint(1, 200));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count_lines(log), 1) << log;
+  EXPECT_THAT(log, HasSubstr("no space for epoch-1-step-200.ckpt in " + dir.folder() +
+                             ": removed epoch-1.ckpt (older than epoch-1-step-150.ckpt, the "
+                             "newest complete checkpoint, which is kept) and wrote it (said "
+                             "once"));
+  EXPECT_THAT(names(checkpoints.list()),
+              ElementsAre("epoch-1-step-150.ckpt", "epoch-1-step-200.ckpt"));
+  EXPECT_EQ(read_whole_file(dir.file("latest")), "epoch-1-step-200.ckpt\n");
+  EXPECT_EQ(checkpoints.newest_good().path, third);
+  EXPECT_THAT(temp_files(dir.path()), ::testing::IsEmpty());
+  // The next save makes room alike, silently.
+  ::testing::internal::CaptureStderr();
+  const std::string fourth = checkpoints.save(make_checkpoint(1, 250));
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_THAT(names(checkpoints.list()),
+              ElementsAre("epoch-1-step-200.ckpt", "epoch-1-step-250.ckpt"));
+  EXPECT_EQ(checkpoints.newest_good().path, fourth);
+}
+
+// A damaged newest file is not the one kept: the newest that verifies is, and files newer than it
+// stay. With nothing older to remove, or keep = 0, the error stands and nothing is removed.
+TEST(CheckpointDir, NoSpaceKeepsTheNewestThatVerifiesAndRemovesNothingElse) {
+  TempDir dir;
+  CheckpointDir checkpoints(dir.folder(), /*keep=*/3);
+  const std::string first = checkpoints.save(make_checkpoint(1));
+  const std::string second = checkpoints.save(make_checkpoint(2));
+  const std::string damaged = checkpoints.save(make_checkpoint(3));
+  flip_byte(damaged, 40);
+  const auto size = static_cast<std::int64_t>(fs::file_size(first));
+  checkpoints.set_file_writer_for_test(disk_of(3 * size + 100, dir.folder()));
+  ::testing::internal::CaptureStderr();
+  checkpoints.save(make_checkpoint(4));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(log, HasSubstr("removed epoch-1.ckpt (older than epoch-2.ckpt"));
+  EXPECT_THAT(names(checkpoints.list()),
+              ElementsAre("epoch-2.ckpt", "epoch-3.ckpt", "epoch-4.ckpt"));
+
+  // Full again, and the newest that verifies is the only older file: the save fails, intact.
+  TempDir other;
+  CheckpointDir one(other.folder(), /*keep=*/2);
+  const std::string only = one.save(make_checkpoint(1));
+  one.set_file_writer_for_test(
+      disk_of(static_cast<std::int64_t>(fs::file_size(only)) + 100, other.folder()));
+  EXPECT_THAT(checkpoint_error([&] { one.save(make_checkpoint(2)); }),
+              AllOf(HasSubstr("No space left on device"),
+                    HasSubstr("epoch-1.ckpt, the newest, is the only one to keep"),
+                    Not(HasSubstr("--resume")), Not(HasSubstr("\n"))));
+  EXPECT_THAT(names(one.list()), ElementsAre("epoch-1.ckpt"));
+
+  // keep = 0 keeps every checkpoint: none is removed to make room.
+  TempDir all;
+  CheckpointDir every(all.folder(), /*keep=*/0);
+  const std::string a = every.save(make_checkpoint(1));
+  every.save(make_checkpoint(2));
+  every.set_file_writer_for_test(
+      disk_of(2 * static_cast<std::int64_t>(fs::file_size(a)) + 100, all.folder()));
+  EXPECT_THAT(checkpoint_error([&] { every.save(make_checkpoint(3)); }),
+              HasSubstr("train.keep_checkpoints = 0 keeps every one, so none was removed"));
+  EXPECT_THAT(names(every.list()), ElementsAre("epoch-1.ckpt", "epoch-2.ckpt"));
 }
 
 TEST(CheckpointDir, AFolderInTheWayOfTheRenameLeavesNoTempFile) {

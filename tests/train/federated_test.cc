@@ -381,6 +381,19 @@ TEST_F(FederatedTest, AStoppedRunResumesFromItsStopCheckpoint) {
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), HasSubstr("nothing left to train; pass --rounds N with N > 3"));
   }
+  // Past the end as configured (fewer rounds than done), summary.json missing: refused before
+  // anything is rewritten, not a summary of 2 rounds.
+  fs::remove(fs::path(o.run_dir) / "summary.json");
+  Config fewer = c;
+  fewer.federated.rounds = 2;
+  try {
+    federated(fewer, 2, again);
+    FAIL() << "a run past its configured rounds resumed";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("epoch-3.ckpt is past --rounds 2 (3 rounds done); give "
+                                    "--rounds 4 or more to continue it"));
+  }
+  EXPECT_FALSE(fs::exists(fs::path(o.run_dir) / "summary.json"));
 }
 
 TEST(FederatedRoundPlan, SamplesMDistinctClientsPerRoundReproducibly) {

@@ -83,6 +83,13 @@ TEST(HogwildCheckpoints, OneThreadResumesBitwiseAndSeveralFromTheCheckpointsPara
   // Nothing left to train, and a checkpoint of another model, are named.
   EXPECT_THAT([&] { run_hogwild(sparse_config(2, 3), options("racing", true)); },
               ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("nothing left to train")));
+  // Past the end as configured (fewer epochs than done), summary.json missing: refused, not a
+  // summary of 2 epochs.
+  fs::remove(tmp.path() / "racing" / "summary.json");
+  EXPECT_THAT([&] { run_hogwild(sparse_config(2, 2), options("racing", true)); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr(
+                  "epoch-3.ckpt is past --epochs 2 (3 epochs done); give --epochs 4 or more")));
+  EXPECT_FALSE(fs::exists(tmp.path() / "racing" / "summary.json"));
   Config other = sparse_config(1, 4);
   other.data.sparse_features = 400;
   EXPECT_THAT([&] { run_hogwild(other, options("whole", true)); },

@@ -82,6 +82,55 @@ TEST(MemoryBudget, EstimateFollowsTheConfig) {
   EXPECT_EQ(estimate_memory_need(config, spec, 4, 4, 0)->optimizer_shards, 1);
 }
 
+// The process that writes checkpoints holds, while one is written, its snapshot and its encoded
+// bytes (2 copies of one replica's parameters, buffers and whole optimizer state), and the memory
+// tier's two slots besides.
+TEST(MemoryBudget, CheckpointCopiesAreCounted) {
+  MemoryNeed need;
+  need.parameters = 1000;
+  need.buffers = 10;
+  need.optimizer_copies = 2;
+  need.optimizer_shards = 3;
+  need.replicas = 3;
+  need.checkpoint_copies = 2;
+  const MemoryParts parts = memory_parts(need);
+  EXPECT_EQ(parts.checkpoint, (4000 + 40 + 8000) * 2);  // unsharded: the checkpoint is whole
+  EXPECT_EQ(parts.total, 12000 + 12000 + 120 + 334 * 4 * 2 * 3 + (4000 + 40 + 8000) * 2);
+
+  Config config;
+  nn::ModelSpec spec;
+  spec.input = {784};
+  spec.hidden = {100};
+  EXPECT_EQ(estimate_memory_need(config, spec, 1, 1, 0, true)->checkpoint_copies, 2);
+  EXPECT_EQ(estimate_memory_need(config, spec, 1, 1, 0, false)->checkpoint_copies, 0);
+  config.train.memory_checkpoint_every_steps = 1;
+  const auto tiered = estimate_memory_need(config, spec, 1, 1, 0, true);
+  EXPECT_EQ(tiered->checkpoint_copies, 4);
+  EXPECT_TRUE(tiered->memory_tier);
+}
+
+// Hogwild!'s linear model over 2e9 features: weights without gradients, and the checkpoint's two
+// copies of them, named in the one-line refusal.
+TEST(MemoryBudget, ALinearModelsWeightsAndCheckpointCopiesAreNamed) {
+  MemoryNeed need;
+  need.parameters = 2'000'000'000;
+  need.gradients = false;
+  need.checkpoint_copies = 2;
+  const MemoryParts parts = memory_parts(need);
+  EXPECT_EQ(parts.gradients, 0);
+  EXPECT_EQ(parts.total, 3 * 8'000'000'000LL);
+  const auto message = memory_shortfall(need, gib(21));
+  ASSERT_TRUE(message.has_value());
+  EXPECT_EQ(message->find('\n'), std::string::npos);
+  EXPECT_THAT(*message, HasSubstr("need parameters 7.45 GiB (8000000000 bytes) + buffers"));
+  EXPECT_THAT(*message, ::testing::Not(HasSubstr("gradients")));
+  EXPECT_THAT(*message, HasSubstr("+ checkpoint copies 14.90 GiB (16000000000 bytes) (2 x 7.45 GiB "
+                                  "(8000000000 bytes): the snapshot and its encoded bytes"));
+  EXPECT_THAT(*message, HasSubstr("= 22.35 GiB (24000000000 bytes)"));
+  EXPECT_THAT(*message, HasSubstr("fewer features"));
+  EXPECT_FALSE(memory_shortfall(need, gib(23)).has_value());
+}
+
 TEST(MemoryBudget, HugeModelIsRefusedWithoutAllocating) {
   Config config;
   nn::ModelSpec spec;

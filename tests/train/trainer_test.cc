@@ -383,6 +383,44 @@ TEST_F(TrainerTest, ResumeAfterTheLastCheckpointWritesTheMissingSummary) {
   EXPECT_THROW(train(config, dir("run"), /*resume=*/true), ConfigError);
 }
 
+// A stopped run resumed with fewer epochs than it has done: its checkpoint is past the end as
+// configured, so the resume is refused in one line before anything is rewritten (it used to write
+// a summary of fewer epochs and rewrite resolved.toml); exactly the end is not past it.
+TEST_F(TrainerTest, ResumePastTheConfiguredEpochsIsRefusedAndChangesNothing) {
+  Config config = small_config();
+  config.train.epochs = 3;
+  config.train.checkpoint_every_steps = 13;  // step 13: inside epoch 2
+  train(config, dir("run"));
+  // As a run stopped inside epoch 2: its newest checkpoint is epoch-1-step-13.ckpt.
+  for (const char* file : {"summary.json", "checkpoints/epoch-2.ckpt", "checkpoints/epoch-3.ckpt",
+                           "checkpoints/epoch-2-step-26.ckpt", "checkpoints/latest"}) {
+    fs::remove(dir("run") + "/" + file);
+  }
+  const std::string resolved = read_whole_file(dir("run") + "/resolved.toml");
+  const std::string metrics = read_whole_file(dir("run") + "/metrics.jsonl");
+  Config fewer = config;
+  fewer.train.epochs = 1;
+  try {
+    train(fewer, dir("run"), /*resume=*/true);
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("epoch-1-step-13.ckpt is past --epochs 1 (1 epochs and 13 "
+                                    "steps done); give --epochs 2 or more to continue it"));
+  }
+  EXPECT_FALSE(fs::exists(dir("run") + "/summary.json"));
+  EXPECT_EQ(read_whole_file(dir("run") + "/resolved.toml"), resolved);
+  EXPECT_EQ(read_whole_file(dir("run") + "/metrics.jsonl"), metrics);
+  // --epochs 2 finishes epoch 2 from the checkpoint; then, with a whole epoch done past --epochs
+  // 1, the same refusal names --epochs 3.
+  Config two = config;
+  two.train.epochs = 2;
+  EXPECT_EQ(train(two, dir("run"), /*resume=*/true).steps, 20);
+  fs::remove(dir("run") + "/summary.json");
+  EXPECT_THAT([&] { train(fewer, dir("run"), /*resume=*/true); },
+              ::testing::ThrowsMessage<ConfigError>(HasSubstr(
+                  "epoch-2.ckpt is past --epochs 1 (2 epochs done); give --epochs 3 or more")));
+}
+
 // A run stopped before its first checkpoint: --resume trains it from the beginning (instead of
 // refusing, while a fresh run into the folder is refused because it holds metrics.jsonl).
 TEST_F(TrainerTest, ResumeWithoutACheckpointStartsTheRunOver) {

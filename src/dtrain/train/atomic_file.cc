@@ -47,16 +47,18 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
                                ? fmt::format("the previous {} is unchanged", path)
                                : fmt::format("{} was not created", path);
   auto fail = [&](const std::string& what) {
+    const int code = errno;
     const std::string reason = system_reason();
     ::unlink(tmp.c_str());
-    throw Error(
-        fmt::format("cannot write {}: {} {} failed: {}; {}", path, what, tmp, reason, left));
+    throw FileWriteError(
+        fmt::format("cannot write {}: {} {} failed: {}; {}", path, what, tmp, reason, left), code);
   };
   FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) {
+    const int code = errno;
     const std::string reason = system_reason();
-    throw Error(
-        fmt::format("cannot write {}: creating {} failed: {}; {}", path, tmp, reason, left));
+    throw FileWriteError(
+        fmt::format("cannot write {}: creating {} failed: {}; {}", path, tmp, reason, left), code);
   }
   std::size_t written = 0;
   while (written < bytes.size()) {

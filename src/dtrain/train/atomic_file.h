@@ -11,10 +11,23 @@
 #include <string>
 #include <string_view>
 
+#include "dtrain/base/error.h"
+
 namespace dtrain::train {
 
+// write_file_atomically's failure: its message, and the system's error number (ENOSPC and EDQUOT
+// tell a full disk or quota from other failures).
+class FileWriteError : public Error {
+ public:
+  FileWriteError(const std::string& what, int code) : Error(what), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
 // Writes `bytes` to `path` atomically as described above. On failure the temporary file is
-// removed, `path` is left as it was, and dtrain::Error names the path and the system's reason.
+// removed, `path` is left as it was, and FileWriteError names the path and the system's reason.
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
 // The whole content of `path`; dtrain::Error naming the path and the reason when it cannot be read.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <compare>
 #include <filesystem>
@@ -104,12 +105,68 @@ std::string CheckpointDir::save(const Checkpoint& checkpoint) {
   }
   const std::string name = file_name(checkpoint);
   const std::string path = (fs::path(folder_) / name).string();
+  const std::string bytes = encode_checkpoint(checkpoint);
+  auto write = [&] {
+    if (writer_) {
+      writer_(path, bytes);
+    } else {
+      write_file_atomically(path, bytes);
+    }
+  };
   try {
-    write_checkpoint(path, checkpoint);
+    write();
+  } catch (const FileWriteError& e) {
+    const bool no_space = e.code() == ENOSPC || e.code() == EDQUOT;
+    if (!no_space) {
+      throw CheckpointError(
+          fmt::format("{}; the earlier checkpoints in {} are intact", e.what(), folder_));
+    }
+    if (keep_ == 0) {
+      throw CheckpointError(
+          fmt::format("{}; the earlier checkpoints in {} are intact (train.keep_checkpoints = 0 "
+                      "keeps every one, so none was removed to make room)",
+                      e.what(), folder_));
+    }
+    // The kept checkpoints fill the disk, and they are pruned only after a write succeeds: make
+    // room from the older ones, never the newest that verifies, and try once more.
+    const auto [older, newest] = older_than_newest_complete(path);
+    if (older.empty()) {
+      throw CheckpointError(fmt::format(
+          "{}; the earlier checkpoints in {} are intact{}", e.what(), folder_,
+          newest.empty()
+              ? std::string()
+              : fmt::format(" ({}, the newest, is the only one to keep)", file_name_of(newest))));
+    }
+    std::vector<std::string> removed;
+    for (const std::string& old : older) {
+      std::error_code removing;
+      if (fs::remove(old, removing)) removed.push_back(file_name_of(old));
+    }
+    if (removed.empty()) {
+      throw CheckpointError(fmt::format(
+          "{}; the earlier checkpoints in {} are intact (none of them could be removed to make "
+          "room)",
+          e.what(), folder_));
+    }
+    const std::string removed_text =
+        fmt::format("removed {} (older than {}, the newest complete checkpoint, which is kept)",
+                    join(removed, ", "), file_name_of(newest));
+    try {
+      write();
+    } catch (const Error& again) {
+      throw CheckpointError(fmt::format("{}; {} and it still does not fit; {} is intact",
+                                        again.what(), removed_text, newest));
+    }
+    if (!said_no_space_) {
+      log::warn("no space for {} in {}: {} and wrote it (said once: later saves make room alike)",
+                name, folder_, removed_text);
+      said_no_space_ = true;
+    }
+  } catch (const CheckpointError&) {
+    throw;
   } catch (const Error& e) {
-    throw CheckpointError(fmt::format(
-        "{}; the earlier checkpoints in {} are intact: free space, then continue with --resume",
-        e.what(), folder_));
+    throw CheckpointError(
+        fmt::format("{}; the earlier checkpoints in {} are intact", e.what(), folder_));
   }
   // The checkpoint is complete from here on: nothing below may cost it.
   try {
@@ -191,6 +248,24 @@ VerifiedCheckpoint CheckpointDir::newest_good(Keep keep) const {
       "no checkpoint in {} verifies: {}; restore a good copy into {} or start a new run with "
       "another --out",
       folder_, join(defects, "; "), folder_));
+}
+
+std::pair<std::vector<std::string>, std::string> CheckpointDir::older_than_newest_complete(
+    const std::string& keep_path) const {
+  const std::vector<std::string> files = list();
+  for (std::size_t i = files.size(); i-- > 0;) {
+    try {
+      read_checkpoint(files[i], Keep::kNoFloats);
+    } catch (const CheckpointError&) {
+      continue;  // damaged: neither the one to keep nor, being newer, one to remove
+    }
+    std::vector<std::string> older;
+    for (std::size_t j = 0; j < i; ++j) {
+      if (files[j] != keep_path) older.push_back(files[j]);
+    }
+    return {older, files[i]};
+  }
+  return {};
 }
 
 bool CheckpointDir::has_any() const {

@@ -14,7 +14,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dtrain/train/checkpoint.h"
@@ -39,7 +42,15 @@ class CheckpointDir {
   // returns its path. CheckpointError when the checkpoint file itself cannot be written (the
   // earlier files are left intact and no temp file remains). A `latest` that cannot be rewritten
   // only warns: the checkpoint is complete, and newest_good finds it without `latest`.
+  // A write that fails for lack of space (ENOSPC, EDQUOT) with keep > 0 removes the checkpoints
+  // older than the newest one that verifies (never that one) and tries once more, with a warning
+  // naming what it removed (the first time only): the kept files would otherwise fill the disk
+  // for good.
   std::string save(const Checkpoint& checkpoint);
+
+  // How save writes a file: write_file_atomically, or a test's stand-in (a full disk).
+  using FileWriter = std::function<void(const std::string& path, std::string_view bytes)>;
+  void set_file_writer_for_test(FileWriter writer) { writer_ = std::move(writer); }
 
   // The newest checkpoint that reads and verifies. `latest` is tried first; when it is missing,
   // unreadable, names a missing or damaged file, or names an older file than the newest complete
@@ -65,8 +76,15 @@ class CheckpointDir {
   const std::string& folder() const { return folder_; }
 
  private:
+  // The files older than the newest checkpoint that verifies (other than `keep_path`), oldest
+  // first, and that checkpoint's path; empty when none verifies.
+  std::pair<std::vector<std::string>, std::string> older_than_newest_complete(
+      const std::string& keep_path) const;
+
   std::string folder_;
   std::int64_t keep_;
+  FileWriter writer_;
+  bool said_no_space_ = false;  // the warning of a save that made room, once per folder object
 };
 
 }  // namespace dtrain::train

@@ -1,5 +1,7 @@
 #include "dtrain/train/checkpoint_writer.h"
 
+#include <fmt/format.h>
+
 #include "dtrain/base/error.h"
 #include "dtrain/base/log.h"
 #include "dtrain/base/timer.h"
@@ -30,12 +32,17 @@ void CheckpointWriter::rethrow_or_warn_locked(std::unique_lock<std::mutex>& lock
   std::exception_ptr error = std::exchange(error_, nullptr);
   if (error_fatal_) {
     lock.unlock();
-    std::rethrow_exception(error);
+    try {
+      std::rethrow_exception(error);
+    } catch (const CheckpointError& e) {
+      // The run's last checkpoint: the run ends here, and a resume continues it.
+      throw CheckpointError(fmt::format("{}; free space, then continue with --resume", e.what()));
+    }
   }
   try {
     std::rethrow_exception(error);
   } catch (const std::exception& e) {
-    log::warn("{}; the previous checkpoint is kept and training goes on", e.what());
+    log::warn("{}; training goes on, and the next checkpoint is tried when due", e.what());
   }
 }
 

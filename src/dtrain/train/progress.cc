@@ -19,8 +19,8 @@ void announce_model_build(std::FILE* out, const std::optional<MemoryNeed>& need)
   if (!need || need->parameters <= kAnnounceParameters) return;
   const MemoryParts parts = memory_parts(*need);
   fmt::print(out,
-             "building the model: {} parameters, {} for parameters, gradients and optimizer state "
-             "({} available); allocating and initialising take a while\n",
+             "building the model: {} parameters, {} for parameters, gradients, optimizer state "
+             "and checkpoint copies ({} available); allocating and initialising take a while\n",
              need->parameters, format_bytes(parts.total), [] {
                const AvailableMemory available = available_memory();
                return available.known ? format_bytes(available.bytes) : std::string("unknown");

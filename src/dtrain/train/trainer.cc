@@ -167,9 +167,10 @@ Trainer::Trainer(Config config, TrainerOptions options)
         model_spec(config_.model, data_->train.sample_shape(), data_->train.num_classes);
     // Refused before anything is allocated when this replica cannot fit (memory_budget.h: each
     // part's bytes and the bytes available); a big model is announced, building it takes a while.
-    const auto need =
-        check_memory_budget(config_, spec, 1, options_.comm != nullptr ? options_.comm->size() : 1,
-                            run_data_bytes(*data_));
+    const auto need = check_memory_budget(
+        config_, spec, 1, options_.comm != nullptr ? options_.comm->size() : 1,
+        run_data_bytes(*data_),
+        /*writes_checkpoints=*/options_.comm == nullptr || options_.comm->rank() == 0);
     if (!options_.quiet && (options_.comm == nullptr || options_.comm->rank() == 0)) {
       announce_model_build(options_.out, need);
     }
@@ -398,16 +399,28 @@ RunSummary Trainer::run() {
     last_eval.accuracy = checkpoint.scalar("final_test_accuracy", 0.0);
     last_train_loss = checkpoint.scalar("final_train_loss", 0.0);
     restore_accuracy_targets(checkpoint, targets);
-    // A run stopped after its last checkpoint but before summary.json (killed, or a full disk)
-    // is complete: it writes its summary from the checkpoint's figures and trains nothing.
+    // A checkpoint past the end as configured (a stopped run resumed with fewer --epochs than it
+    // has done) is refused before anything is rewritten: training nothing and writing a summary
+    // of fewer epochs would misreport the run.
+    if (start_epoch > t.epochs || (start_epoch == t.epochs && start_position > 0)) {
+      throw ConfigError(fmt::format(
+          "--resume {}: the newest checkpoint {} is past --epochs {} ({} epochs{} done); give "
+          "--epochs {} or more to continue it",
+          dir.string(), path, t.epochs, start_epoch,
+          start_position > 0 ? fmt::format(" and {} steps", global_step) : std::string(),
+          start_epoch + 1));
+    }
+    // A run stopped after its last checkpoint (exactly its end) but before summary.json (killed,
+    // or a full disk) is complete: it writes its summary from the checkpoint's figures and trains
+    // nothing.
     const bool summary_missing = !fs::exists(dir / "summary.json");
-    if (start_epoch >= t.epochs && summary_missing && writer) {
+    if (start_epoch == t.epochs && summary_missing && writer) {
       log::info(
           "{} is the run's last checkpoint and summary.json is missing: writing the summary "
           "from it",
           path);
     }
-    if (start_epoch >= t.epochs && !summary_missing) {
+    if (start_epoch == t.epochs && !summary_missing) {
       throw ConfigError(fmt::format(
           "checkpoint {} is at epoch {} and train.epochs = {}: nothing left to train; pass "
           "--epochs N with N > {} to train further",

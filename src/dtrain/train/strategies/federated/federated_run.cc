@@ -250,14 +250,22 @@ RunSummary FederatedRun::run() {
     global_params_.assign(store.params(), store.params() + store.num_params());
     global_buffers_.assign(store.buffers(), store.buffers() + store.num_buffer_elements());
     first_round = c.epoch;
+    // Past the end as configured (fewer --rounds than done): refused before anything is
+    // rewritten; exactly the end with summary.json missing: the summary is written from it.
+    if (first_round > f.rounds) {
+      throw ConfigError(fmt::format(
+          "--resume {}: the newest checkpoint {} is past --rounds {} ({} rounds done); give "
+          "--rounds {} or more to continue it",
+          dir.string(), verified.path, f.rounds, first_round, first_round + 1));
+    }
     const bool summary_missing = !fs::exists(dir / "summary.json");
-    if (first_round >= f.rounds && !summary_missing) {
+    if (first_round == f.rounds && !summary_missing) {
       throw ConfigError(fmt::format(
           "checkpoint {} is at round {} and federated.rounds = {}: nothing left to train; pass "
           "--rounds N with N > {} to train further",
           verified.path, first_round, f.rounds, first_round));
     }
-    if (first_round >= f.rounds && writer) {
+    if (first_round == f.rounds && writer) {
       log::info(
           "{} is the run's last checkpoint and summary.json is missing: writing the summary "
           "from it",
@@ -404,7 +412,11 @@ RunSummary FederatedRun::run() {
       const auto residual = server_feedback->residual();
       c.optimizer_state.push_back({kServerResidual, {residual.begin(), residual.end()}});
     }
-    return checkpoints.save(c);
+    try {
+      return checkpoints.save(c);
+    } catch (const CheckpointError& e) {
+      throw CheckpointError(fmt::format("{}; free space, then continue with --resume", e.what()));
+    }
   };
 
   for (std::int64_t round = first_round; round < f.rounds; ++round) {

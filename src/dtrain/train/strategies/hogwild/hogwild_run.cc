@@ -19,6 +19,7 @@
 #include "dtrain/train/checkpoint.h"
 #include "dtrain/train/checkpoint_dir.h"
 #include "dtrain/train/checkpoint_writer.h"
+#include "dtrain/train/memory_budget.h"
 #include "dtrain/train/memory_checkpoint.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/resume_records.h"
@@ -93,6 +94,23 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
   const int threads = static_cast<int>(config.parallel.workers);
 
   const HogwildData data = load_hogwild_data(config);
+  // The linear models' shared weights and the checkpoint's copies of them (memory_budget.h),
+  // refused before they are allocated when they cannot fit.
+  if (data.sparse_train) {
+    MemoryNeed need;
+    need.parameters = data.sparse_train->num_features;
+    need.gradients = false;
+    need.checkpoint_copies = checkpoint_copies(config);
+    need.memory_tier = t.memory_checkpoint_every_steps > 0;
+    for (const std::optional<data::SparseDataset>* set : {&data.sparse_train, &data.sparse_test}) {
+      if (!set->has_value()) continue;
+      const data::SparseDataset& d = **set;
+      need.data_bytes += static_cast<std::int64_t>(
+          d.row_offsets.size() * sizeof(std::int64_t) + d.columns.size() * sizeof(std::int32_t) +
+          (d.values.size() + d.labels.size()) * sizeof(float));
+    }
+    check_memory_need(need);
+  }
   HogwildEngine engine(config, data, threads);
 
   const fs::path dir(options.run_dir);
@@ -153,12 +171,23 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
     last_train.accuracy = checkpoint.scalar("final_train_accuracy", 0.0);
     last_test = engine.evaluate_test();  // of the checkpoint's parameters: its epoch's figures
     restore_accuracy_targets(checkpoint, targets);
-    if (start_epoch >= t.epochs && !fs::exists(dir / "summary.json")) {
+    // Past the end as configured (fewer --epochs than done): refused before anything is
+    // rewritten; exactly the end with summary.json missing: the summary is written from it.
+    if (start_epoch > t.epochs || (start_epoch == t.epochs && start_position > 0)) {
+      throw ConfigError(fmt::format(
+          "--resume {}: the newest checkpoint {} is past --epochs {} ({} epochs{} done); give "
+          "--epochs {} or more to continue it",
+          dir.string(), verified.path, t.epochs, start_epoch,
+          start_position > 0 ? fmt::format(" and {} samples of the next", start_position)
+                             : std::string(),
+          start_epoch + 1));
+    }
+    if (start_epoch == t.epochs && !fs::exists(dir / "summary.json")) {
       log::info(
           "{} is the run's last checkpoint and summary.json is missing: writing the summary "
           "from it",
           verified.path);
-    } else if (start_epoch >= t.epochs) {
+    } else if (start_epoch == t.epochs) {
       throw ConfigError(fmt::format(
           "checkpoint {} is at epoch {} and train.epochs = {}: nothing left to train; pass "
           "--epochs N with N > {} to train further",

@@ -92,7 +92,7 @@ echo epoch-4-step-36.ckpt > "$run/checkpoints/latest"
 cp "$run/resolved.toml" "$TMP/resolved.before"
 cp "$run/metrics.jsonl" "$TMP/metrics.before"
 run_dtrain 2 train --resume "$run" --epochs 2 --quiet
-expect_stderr "error: --resume $run: the newest checkpoint $run/checkpoints/epoch-4-step-36.ckpt is past --epochs 2 (4 epochs and 36 steps done); give --epochs 5 or more to continue it"
+expect_stderr "error: --resume $run: the newest checkpoint $run/checkpoints/epoch-4-step-36.ckpt is past --epochs 2 (4 epochs done, then step 36 inside epoch 5); give --epochs 5 or more to continue it"
 [[ ! -e "$run/summary.json" ]] || fail "a summary.json was written for a run past --epochs"
 cmp -s "$run/resolved.toml" "$TMP/resolved.before" || fail "resolved.toml was rewritten"
 cmp -s "$run/metrics.jsonl" "$TMP/metrics.before" || fail "metrics.jsonl was rewritten"

@@ -404,8 +404,9 @@ TEST_F(TrainerTest, ResumePastTheConfiguredEpochsIsRefusedAndChangesNothing) {
     train(fewer, dir("run"), /*resume=*/true);
     ADD_FAILURE() << "expected a ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("epoch-1-step-13.ckpt is past --epochs 1 (1 epochs and 13 "
-                                    "steps done); give --epochs 2 or more to continue it"));
+    EXPECT_THAT(e.what(), HasSubstr("epoch-1-step-13.ckpt is past --epochs 1 (1 epoch done, then "
+                                    "step 13 inside epoch 2); give --epochs 2 or more to continue "
+                                    "it"));
   }
   EXPECT_FALSE(fs::exists(dir("run") + "/summary.json"));
   EXPECT_EQ(read_whole_file(dir("run") + "/resolved.toml"), resolved);

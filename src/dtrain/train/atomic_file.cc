@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -104,6 +105,33 @@ std::string read_whole_file(const std::string& path) {
   }
   bytes.resize(done);
   return bytes;
+}
+
+MappedFile::MappedFile(const std::string& path) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw Error(fmt::format("cannot open {}: {}", path, system_reason()));
+  struct stat info {};
+  if (::fstat(fd.get(), &info) != 0) {
+    throw Error(fmt::format("cannot read {}: {}", path, system_reason()));
+  }
+  size_ = static_cast<std::size_t>(info.st_size);
+  if (size_ == 0) return;  // mmap refuses a length of 0
+  void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (mapped == MAP_FAILED) {
+    copy_ = read_whole_file(path);
+    size_ = copy_.size();
+    return;
+  }
+  mapped_ = mapped;
+}
+
+MappedFile::~MappedFile() {
+  if (mapped_ != nullptr) ::munmap(mapped_, size_);
+}
+
+std::string_view MappedFile::bytes() const {
+  if (mapped_ == nullptr) return copy_;
+  return {static_cast<const char*>(mapped_), size_};
 }
 
 std::optional<FileIdentity> file_identity(const std::string& path) {

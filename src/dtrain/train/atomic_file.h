@@ -33,6 +33,25 @@ void write_file_atomically(const std::string& path, std::string_view bytes);
 // The whole content of `path`; dtrain::Error naming the path and the reason when it cannot be read.
 std::string read_whole_file(const std::string& path);
 
+// The whole of `path` mapped read-only: its bytes without a copy in this process (the page cache's
+// pages). For files that are replaced by a rename and never changed in place, as
+// write_file_atomically writes them: a file cut short while mapped would fault on access.
+// dtrain::Error naming the path and the reason when it cannot be opened; a file that cannot be
+// mapped (a file system without mmap) is read into memory instead.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::string_view bytes() const;
+
+ private:
+  void* mapped_ = nullptr;
+  std::size_t size_ = 0;
+  std::string copy_;  // when the file could not be mapped
+};
+
 // Which file `path` names now (device, inode, size, modification time), or nothing when there is
 // none. write_file_atomically replaces a file by a rename, so a file written after this was taken
 // is another inode: "was it written since?" is exact, where comparing modification times with this

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "dtrain/base/error.h"
 #include "dtrain/train/atomic_file.h"
@@ -364,13 +365,15 @@ void write_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
 }
 
 Checkpoint read_checkpoint(const std::string& path, Keep keep) {
-  std::string bytes;
+  // Mapped, not read into a string: a resume holds no copy of the file besides what it decodes,
+  // and a read that keeps no floats (the supervisor's, the make-room check's) none at all.
+  std::optional<MappedFile> file;
   try {
-    bytes = read_whole_file(path);
+    file.emplace(path);
   } catch (const Error& e) {
     throw CheckpointError(fmt::format("cannot read checkpoint: {}", e.what()));
   }
-  return decode_checkpoint(bytes, path, keep);
+  return decode_checkpoint(file->bytes(), path, keep);
 }
 
 void check_layout(const Checkpoint& checkpoint, const nn::ParamStore& store,

@@ -36,7 +36,9 @@ void CheckpointWriter::rethrow_or_warn_locked(std::unique_lock<std::mutex>& lock
       std::rethrow_exception(error);
     } catch (const CheckpointError& e) {
       // The run's last checkpoint: the run ends here, and a resume continues it.
-      throw CheckpointError(fmt::format("{}; free space, then continue with --resume", e.what()));
+      throw CheckpointError(fmt::format(
+          "{}; once that is mended (free space, for a full disk), continue with --resume",
+          e.what()));
     }
   }
   try {

@@ -404,10 +404,12 @@ RunSummary Trainer::run() {
     // of fewer epochs would misreport the run.
     if (start_epoch > t.epochs || (start_epoch == t.epochs && start_position > 0)) {
       throw ConfigError(fmt::format(
-          "--resume {}: the newest checkpoint {} is past --epochs {} ({} epochs{} done); give "
+          "--resume {}: the newest checkpoint {} is past --epochs {} ({} epoch{} done{}); give "
           "--epochs {} or more to continue it",
-          dir.string(), path, t.epochs, start_epoch,
-          start_position > 0 ? fmt::format(" and {} steps", global_step) : std::string(),
+          dir.string(), path, t.epochs, start_epoch, start_epoch == 1 ? "" : "s",
+          start_position > 0
+              ? fmt::format(", then step {} inside epoch {}", global_step, start_epoch + 1)
+              : std::string(),
           start_epoch + 1));
     }
     // A run stopped after its last checkpoint (exactly its end) but before summary.json (killed,

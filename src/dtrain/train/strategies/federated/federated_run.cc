@@ -254,9 +254,10 @@ RunSummary FederatedRun::run() {
     // rewritten; exactly the end with summary.json missing: the summary is written from it.
     if (first_round > f.rounds) {
       throw ConfigError(fmt::format(
-          "--resume {}: the newest checkpoint {} is past --rounds {} ({} rounds done); give "
+          "--resume {}: the newest checkpoint {} is past --rounds {} ({} round{} done); give "
           "--rounds {} or more to continue it",
-          dir.string(), verified.path, f.rounds, first_round, first_round + 1));
+          dir.string(), verified.path, f.rounds, first_round, first_round == 1 ? "" : "s",
+          first_round + 1));
     }
     const bool summary_missing = !fs::exists(dir / "summary.json");
     if (first_round == f.rounds && !summary_missing) {
@@ -415,7 +416,9 @@ RunSummary FederatedRun::run() {
     try {
       return checkpoints.save(c);
     } catch (const CheckpointError& e) {
-      throw CheckpointError(fmt::format("{}; free space, then continue with --resume", e.what()));
+      throw CheckpointError(fmt::format(
+          "{}; once that is mended (free space, for a full disk), continue with --resume",
+          e.what()));
     }
   };
 

@@ -175,11 +175,12 @@ RunSummary run_hogwild(const Config& config, const TrainerOptions& options) {
     // rewritten; exactly the end with summary.json missing: the summary is written from it.
     if (start_epoch > t.epochs || (start_epoch == t.epochs && start_position > 0)) {
       throw ConfigError(fmt::format(
-          "--resume {}: the newest checkpoint {} is past --epochs {} ({} epochs{} done); give "
+          "--resume {}: the newest checkpoint {} is past --epochs {} ({} epoch{} done{}); give "
           "--epochs {} or more to continue it",
-          dir.string(), verified.path, t.epochs, start_epoch,
-          start_position > 0 ? fmt::format(" and {} samples of the next", start_position)
-                             : std::string(),
+          dir.string(), verified.path, t.epochs, start_epoch, start_epoch == 1 ? "" : "s",
+          start_position > 0
+              ? fmt::format(", then {} samples of epoch {}", start_position, start_epoch + 1)
+              : std::string(),
           start_epoch + 1));
     }
     if (start_epoch == t.epochs && !fs::exists(dir / "summary.json")) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end of `dtrain check`: 2 ranks as threads and 2 processes under mpirun are ready (exit 0,
-# a link table, `verdict: ready`); a --config whose data path is missing names it (exit 2).
+# a link table, `verdict: ready`); under mpirun, a process that never starts ends the check at
+# --timeout; a --config whose data path is missing names it (exit 2).
 # Usage: bash check_e2e_test.sh /path/to/dtrain   (run by ctest as apps.check_e2e_test)
 set -euo pipefail
 DTRAIN=$(realpath "$1")
@@ -38,6 +39,20 @@ ready_or_only_slow_links "$TMP/mpi.txt" || { cat "$TMP/mpi.txt"; fail "mpirun -n
 grep -q "one process each (mpi transport)" "$TMP/mpi.txt" || fail "mpirun check should say mpi transport"
 [[ $(grep -c "^verdict: " "$TMP/mpi.txt") -eq 1 ]] || fail "rank 0 alone should print the verdict"
 echo "ok: mpirun -np 2 dtrain check is ready"
+
+# A process of the job that never starts: --timeout is MPI_Init's start-up deadline too (it used
+# to be the watchdog's 60-s default), and the line says where the deadline came from.
+set +e
+start=$(date +%s)
+timeout 60 "${MPIRUN[@]}" -np 1 "$DTRAIN" check --timeout 2 : -np 1 sleep 60 > "$TMP/start.txt" 2>&1
+rc=$?
+took=$(( $(date +%s) - start ))
+set -e
+[[ $rc -ne 0 ]] || { cat "$TMP/start.txt"; fail "a job whose other process never starts should fail"; }
+(( took < 20 )) || { cat "$TMP/start.txt"; fail "the start-up watchdog took ${took} s, not --timeout 2"; }
+grep -q "^error: process 0 of 2 (host .*MPI_Init has not returned after 2 s: .*(the deadline is dtrain check --timeout)$" \
+  "$TMP/start.txt" || { cat "$TMP/start.txt"; fail "the watchdog should name --timeout as its deadline"; }
+echo "ok: mpirun check --timeout 2 with a process that never starts ends in ${took} s naming --timeout"
 
 set +e
 timeout 60 "$DTRAIN" check --workers 2 --config examples/fashion_mlp.toml \

@@ -48,7 +48,8 @@ echo "ok: dtrain generate"
 expect_error "never occurs in the training text" generate --run "$TMP/one" --prompt $'\x01'
 expect_error "resolved.toml is missing" generate --run "$TMP" --prompt "Q"
 mkdir -p "$TMP/nockpt" && cp "$TMP/one/resolved.toml" "$TMP/nockpt/"
-expect_error "no checkpoint" generate --run "$TMP/nockpt" --prompt "Q"
+expect_error "no checkpoint to generate from: .*holds none yet; this run writes its first .*at the end of epoch" \
+  generate --run "$TMP/nockpt" --prompt "Q"
 "$DTRAIN" train --config examples/synthetic_quick.toml --epochs 1 --quiet --out "$TMP/mlp"
 expect_error "dtrain generate samples text from gpt runs" generate --run "$TMP/mlp" --prompt "Q"
 expect_error "does not divide 'model.gpt_dim'" train --config $CONFIG --set model.gpt_heads=3 \

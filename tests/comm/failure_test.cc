@@ -96,6 +96,14 @@ TEST(NeverArrivesTest, OthersFailWithinTheTimeoutNamingTheMissingRank) {
     }
     EXPECT_TRUE(contains(o.error, "allreduce #1")) << o.error;
     EXPECT_TRUE(contains(o.error, "missing rank(s): 2")) << o.error;
+    // The deadline and what raises it, once (the error passes two prefixes on its way up).
+    const std::string advice =
+        "; the deadline is 1 s: a rank died or is stuck (raise parallel.comm_timeout_seconds if "
+        "it is only slow)";
+    EXPECT_TRUE(o.error.size() >= advice.size() &&
+                o.error.compare(o.error.size() - advice.size(), advice.size(), advice) == 0)
+        << o.error;
+    EXPECT_EQ(o.error.find("; the deadline is "), o.error.rfind("; the deadline is ")) << o.error;
     EXPECT_TRUE(o.timeout) << o.error;
     EXPECT_LT(o.seconds, 6.0) << "rank " << r << " must fail near the 1 s deadline";
   }
@@ -115,6 +123,7 @@ TEST(NeverArrivesTest, MissingHeaderRootIsNamedToo) {
     EXPECT_TRUE(o.timeout) << o.error;
     EXPECT_TRUE(contains(o.error, "barrier #0")) << o.error;
     EXPECT_TRUE(contains(o.error, "missing rank(s): 0")) << o.error;
+    EXPECT_TRUE(contains(o.error, "; the deadline is 1 s: a rank died or is stuck")) << o.error;
     EXPECT_LT(o.seconds, 6.0);
   }
 }

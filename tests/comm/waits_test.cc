@@ -110,6 +110,7 @@ TEST(StallWarningTest, PendingMessageAndBlockingRecvWarnNamingThePeer) {
   CommOptions options;
   options.timeout = 800ms;
   options.stall_warning = 100ms;
+  options.timeout_setting = "--timeout";
   std::string errors[2];
   std::atomic<bool> rank0_done{false};
   ::testing::internal::CaptureStderr();
@@ -143,6 +144,13 @@ TEST(StallWarningTest, PendingMessageAndBlockingRecvWarnNamingThePeer) {
   EXPECT_TRUE(contains(log, "in recv from rank 1 (5 x f32, tag 8)")) << log;
   EXPECT_TRUE(contains(errors[0], "irecv from rank 1")) << errors[0];
   EXPECT_TRUE(contains(errors[1], "recv from rank 1")) << errors[1];
+  // Point-to-point deadlines say the deadline and the setting too.
+  for (const std::string& error : errors) {
+    EXPECT_TRUE(contains(error,
+                         "; the deadline is 0.8 s: a rank died or is stuck (raise "
+                         "--timeout if it is only slow)"))
+        << error;
+  }
 }
 
 TEST(StallWarningTest, SilentWhenThePeerIsOnTime) {

@@ -127,7 +127,7 @@ TEST(MpiTransportTest, ShortReceiveBufferIsCommErrorNamingBothSizes) {
         const std::string what = e.what();
         EXPECT_TRUE(contains(what, std::to_string(bytes) + " bytes")) << what;
         EXPECT_TRUE(contains(what, std::to_string(bytes / 2) + " bytes")) << what;
-        EXPECT_TRUE(contains(what, "rank 0 -> rank 1")) << what;
+        EXPECT_TRUE(contains(what, "process 0 -> process 1")) << what;
       }
     }
   }
@@ -156,7 +156,7 @@ TEST(MpiTransportTest, DeadlineNamesRankPeerTagAndSizeAndCancelledReceiveTakesNo
         ADD_FAILURE() << "expected a timeout";
       } catch (const CommTimeoutError& e) {
         const std::string what = e.what();
-        EXPECT_TRUE(contains(what, "rank 1: recv from rank 0")) << what;
+        EXPECT_TRUE(contains(what, "process 1: recv from process 0")) << what;
         EXPECT_TRUE(contains(what, "0x8000000000000abc")) << what;
         EXPECT_TRUE(contains(what, "4096 bytes")) << what;
       }
@@ -188,7 +188,7 @@ TEST(MpiTransportTest, SendWithoutReceiverTimesOutNamingThePeer) {
       ADD_FAILURE() << "expected a timeout";
     } catch (const CommTimeoutError& e) {
       const std::string what = e.what();
-      EXPECT_TRUE(contains(what, "rank 0: send to rank 1")) << what;
+      EXPECT_TRUE(contains(what, "process 0: send to process 1")) << what;
       EXPECT_TRUE(contains(what, "1048576 bytes")) << what;
     }
     // Let rank 1 drain it now, so the request completes instead of becoming an orphan.

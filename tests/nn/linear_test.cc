@@ -10,6 +10,7 @@
 
 #include "dtrain/base/error.h"
 #include "dtrain/tensor/gemm.h"
+#include "blas_order.h"
 #include "grad_check.h"
 
 namespace dtrain::nn {
@@ -132,6 +133,10 @@ TEST(LinearTest, GemmPathMatchesNaiveLoops) {
 // same sum in the same order as the direct product x W^T + b, so the two agree bit for bit, and a
 // run's numbers do not depend on which path a batch size takes.
 TEST(LinearTest, TransposedForwardIsBitwiseTheDirectProduct) {
+  if (!testing_support::blas_sums_independent_of_call_shape()) {
+    GTEST_SKIP() << "OpenBLAS's " << testing_support::blas_kernels_name()
+                 << " kernels sum B A^T's outputs in another order than A B^T's";
+  }
   for (const auto& [batch, in, out] :
        {std::array<std::int64_t, 3>{64, 784, 256}, {7, 100, 33}, {1, 256, 10}, {100, 120, 101}}) {
     SCOPED_TRACE(::testing::Message() << "B=" << batch << " in=" << in << " out=" << out);

@@ -275,6 +275,22 @@ TEST(Config, IgnoredSettingsNameASectionReadByAnotherStrategy) {
   EXPECT_THAT(ignored_settings(config), ElementsAre(HasSubstr("[data_parallel] keys are ignored")));
 }
 
+// --straggler sleeps in LocalGradients::compute, which the pipeline never calls and whose tensor
+// groups run as one rank: said once at the start, not silently measured as no straggler.
+TEST(Config, IgnoredSettingsNameAStragglerThePipelineAndTensorSplitIgnore) {
+  Config config;
+  config.parallel.straggler = "rank=1,delay_ms=50";
+  EXPECT_TRUE(ignored_settings(config).empty());  // data_parallel injects it
+  config.parallel.strategy = "pipeline";
+  EXPECT_THAT(ignored_settings(config),
+              ElementsAre(AllOf(HasSubstr("parallel.straggler = \"rank=1,delay_ms=50\""),
+                                HasSubstr("ignored by parallel.strategy = \"pipeline\";"))));
+  config.parallel.strategy = "tensor_parallel";
+  EXPECT_THAT(ignored_settings(config),
+              ElementsAre(AllOf(HasSubstr("ignored by parallel.strategy = \"tensor_parallel\""),
+                                HasSubstr("rank=0 or a random delay slows all of them alike"))));
+}
+
 // Keys that moved to a strategy's section keep their old names as aliases that warn; errors name
 // the key as it was written; resolved.toml writes the new names.
 TEST(Config, OldKeyNamesStillWorkAndWarn) {

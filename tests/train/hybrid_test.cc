@@ -8,20 +8,18 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "dtrain/base/error.h"
 #include "dtrain/train/trainer.h"
-#include "parallel_training_fixture.h"
+#include "grid_training_fixture.h"
 
 namespace dtrain::train {
 namespace {
 
-class HybridTest : public testing::ParallelTrainingTest {
+class HybridTest : public testing::GridTrainingTest {
  public:
   // mlp_config's MLP (16, 8 hidden; 4 classes: every Linear splits in 2), on a dp x tp x pp grid.
   static Config grid(int dp, int tp, int pp) {
@@ -34,21 +32,10 @@ class HybridTest : public testing::ParallelTrainingTest {
     return c;
   }
 
-  // One worker on the same global batch (no accumulation): what the grid should follow.
-  std::vector<float> one_worker(Config config) {
-    config.parallel.strategy = "data_parallel";
-    config.hybrid = HybridSection{};
-    config.pipeline = PipelineSection{};
-    config.data_parallel = DataParallelSection{};
-    Trainer trainer(config, TrainerOptions{dir("single"), false, true, stderr, nullptr, nullptr});
-    trainer.run();
-    const auto& store = trainer.model().store();
-    return {store.params(), store.params() + store.num_params()};
-  }
-
+  // The grid should follow one worker on the same global batch (no accumulation).
   void expect_follows_one_worker(const Config& c, const char* what, int ranks = 4,
                                  const std::string& run = "") {
-    const std::vector<float> reference = one_worker(c);
+    const std::vector<float> reference = one_worker(plain_data_parallel(c));
     const std::vector<float> params = allreduce_training(c, ranks, run);
     const double relative = relative_difference(params, reference);
     std::fprintf(stderr, "%s: relative difference to one worker %.3g (%s)\n", what, relative,
@@ -103,10 +90,7 @@ TEST_F(HybridTest, DataTimesPipelineFollowsOneWorker) {
 TEST_F(HybridTest, DataTimesPipelineWithDropoutFollowsDataParallelAccumulating) {
   Config c = grid(2, 1, 2);
   c.model.dropout = 0.3f;
-  Config reference = c;
-  reference.parallel.strategy = "data_parallel";
-  reference.hybrid = HybridSection{};
-  reference.pipeline = PipelineSection{};
+  Config reference = plain_data_parallel(c);
   reference.train.accumulate_steps = 2;
   const std::vector<float> expected = allreduce_training(reference, 2);
   const std::vector<float> params = allreduce_training(c, 4);
@@ -139,8 +123,7 @@ TEST_F(HybridTest, BytesSentPerStepEqualTheFormula) {
   for (const bool tensor : {false, true}) {
     const std::string run = dir("bytes");
     allreduce_training(tensor ? grid(2, 2, 1) : grid(2, 1, 2), 4, run);
-    std::ifstream in(std::filesystem::path(run) / "summary.json");
-    const auto parallel = nlohmann::json::parse(in).at("parallel");
+    const auto parallel = summary_of(run).at("parallel");
     EXPECT_EQ(parallel.at("strategy"), "hybrid");
     ASSERT_EQ(parallel.at("per_grid_rank").size(), 4u);
     for (const auto& row : parallel.at("per_grid_rank")) {
@@ -168,10 +151,7 @@ TEST_F(HybridTest, ResumesOnTheSameGridBitwiseAndOnAnotherGridFromOneWorkersLayo
 TEST_F(HybridTest, DataTimesTensorWithDropoutFollowsDataParallel) {
   Config c = grid(2, 2, 1);
   c.model.dropout = 0.3f;
-  Config reference = c;
-  reference.parallel.strategy = "data_parallel";
-  reference.hybrid = HybridSection{};
-  reference.pipeline = PipelineSection{};
+  Config reference = plain_data_parallel(c);
   const std::vector<float> expected = allreduce_training(reference, 2);
   const std::vector<float> params = allreduce_training(c, 4);
   EXPECT_LT(relative_difference(params, expected), 1e-5);
@@ -187,8 +167,7 @@ TEST_F(HybridTest, DataTimesTensorWithDropoutFollowsDataParallel) {
 // Checks every rank's bytes per step (model group: pipeline p2p + the tensor split's collectives
 // of its stage; data group) against the formula, in run folder `run`, on `ranks` ranks.
 void expect_bytes_equal_formula(const std::string& run, std::size_t ranks) {
-  std::ifstream in(std::filesystem::path(run) / "summary.json");
-  const auto parallel = nlohmann::json::parse(in).at("parallel");
+  const auto parallel = testing::GridTrainingTest::summary_of(run).at("parallel");
   EXPECT_EQ(parallel.at("strategy"), "hybrid");
   ASSERT_EQ(parallel.at("per_grid_rank").size(), ranks);
   for (const auto& row : parallel.at("per_grid_rank")) {
@@ -211,8 +190,7 @@ TEST_F(HybridTest, TensorTimesPipelineFollowsOneWorkerAndSendsTheFormulasBytes) 
   const std::string run3 = dir("tp-pp-dp");
   expect_follows_one_worker(grid(2, 2, 2), "dp 2 x tp 2 x pp 2 sgd", 8, run3);
   expect_bytes_equal_formula(run3, 8);
-  std::ifstream in(std::filesystem::path(run3) / "summary.json");
-  const auto g = nlohmann::json::parse(in).at("parallel").at("grid");
+  const auto g = summary_of(run3).at("parallel").at("grid");
   EXPECT_EQ(g.at("tensor_groups").dump(), "[[0,1],[2,3],[4,5],[6,7]]");
   EXPECT_EQ(g.at("data_groups").dump(), "[[0,2],[1,3],[4,6],[5,7]]");
   EXPECT_EQ(g.at("pipeline_groups").dump(), "[[0,4],[1,5],[2,6],[3,7]]");
@@ -235,56 +213,28 @@ TEST_F(HybridTest, BatchNormRunningStatisticsAreTheMeanOverTheDataAxis) {
   c.model.name = "resnet";
   c.model.resnet_width = 4;
   c.data.synthetic_shape = {1, 8, 8};
-  // Each rank's buffers, then (last) rank 0's parameters.
-  const auto buffers_of = [&](const Config& config, int ranks, std::string folder = "",
-                              bool resume = false) {
-    std::vector<std::vector<float>> buffers(static_cast<std::size_t>(ranks + 1));
-    Config run = config;
-    run.parallel.workers = ranks;
-    if (folder.empty()) folder = dir("bn");
-    comm::spawn_ranks(
-        ranks,
-        [&](comm::Communicator& comm) {
-          ScopedComputePool pool(1);
-          TrainerOptions options{folder, resume, true, stderr, nullptr, nullptr};
-          options.comm = &comm;
-          Trainer trainer(run, options);
-          trainer.run();
-          const auto& store = trainer.model().store();
-          buffers[static_cast<std::size_t>(comm.rank())].assign(
-              store.buffers(), store.buffers() + store.num_buffer_elements());
-          if (comm.rank() == 0) {
-            buffers.back().assign(store.params(), store.params() + store.num_params());
-          }
-        },
-        comm_options());
-    return buffers;
-  };
-  Config reference = c;
-  reference.parallel.strategy = "data_parallel";
-  reference.hybrid = HybridSection{};
-  reference.pipeline = PipelineSection{};
+  Config reference = plain_data_parallel(c);
   reference.train.accumulate_steps = 2;
-  const auto ranks = buffers_of(reference, 2);
+  const auto ranks = train_ranks(reference, 2).buffers;
   ASSERT_GT(ranks[0].size(), 0u);
   ASSERT_NE(ranks[0], ranks[1]);  // the replicas' statistics differ before the mean
   std::vector<float> mean(ranks[0].size());
   for (std::size_t i = 0; i < mean.size(); ++i) mean[i] = (ranks[0][i] + ranks[1][i]) / 2.0f;
-  const auto grid_buffers = buffers_of(c, 4);
+  const auto grid_buffers = train_ranks(c, 4).buffers;
   for (int r = 1; r < 4; ++r) EXPECT_EQ(grid_buffers[static_cast<std::size_t>(r)], grid_buffers[0]);
   EXPECT_LT(relative_difference(grid_buffers[0], mean), 1e-5);
   // Resumed on the same grid from the epoch-1 checkpoint (which holds the mean): the parameters
   // and the statistics of the uninterrupted run, bitwise.
   c.train.epochs = 2;
   c.train.checkpoint_every = 1;
-  const auto uninterrupted = buffers_of(c, 4);
+  const Ranks uninterrupted = train_ranks(c, 4);
   const std::string run = dir("bn-resumed");
   Config first = c;
   first.train.epochs = 1;
-  buffers_of(first, 4, run);
-  const auto resumed = buffers_of(c, 4, run, /*resume=*/true);
-  EXPECT_EQ(resumed[0], uninterrupted[0]);
-  EXPECT_EQ(resumed.back(), uninterrupted.back());
+  train_ranks(first, 4, run);
+  const Ranks resumed = train_ranks(c, 4, run, /*resume=*/true);
+  EXPECT_EQ(resumed.buffers[0], uninterrupted.buffers[0]);
+  EXPECT_EQ(resumed.params[0], uninterrupted.params[0]);
 }
 
 // The GPT cut into 2 stages of Megatron's split (heads, MLP units), the tied head on stage 1;
@@ -313,13 +263,8 @@ TEST_F(HybridTest, TensorTimesPipelineResumesBitwiseOnTheSameGridAndOnAnother) {
 }
 
 TEST_F(HybridTest, BadGridsAreConfigErrorsNamingTheNumbers) {
-  const auto error_of = [&](const Config& c, int ranks) -> std::string {
-    try {
-      allreduce_training(c, ranks);
-    } catch (const ConfigError& e) {
-      return e.what();
-    }
-    return "no error";
+  const auto error_of = [&](const Config& c, int ranks) {
+    return config_error_of([&] { allreduce_training(c, ranks); });
   };
   const std::string product = error_of(grid(2, 1, 2), 2);
   EXPECT_NE(product.find("2 x 1 x 2 = 4"), std::string::npos) << product;

@@ -17,102 +17,45 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "dtrain/base/error.h"
 #include "dtrain/train/trainer.h"
-#include "parallel_training_fixture.h"
+#include "grid_training_fixture.h"
 
 namespace dtrain::train {
 namespace {
 
-class SpatialGridTest : public testing::ParallelTrainingTest {
+class SpatialGridTest : public testing::GridTrainingTest {
  public:
-  // 96 synthetic images (1, 16, 8) of 3 classes, batch 12: 8 steps in one epoch; dp x sp grid.
+  // small_resnet_config's 96 synthetic images (1, 16, 8) of 3 classes, batch 12: 8 steps in one
+  // epoch; dp x sp grid.
   static Config grid(int dp, int sp) {
-    Config c;
-    c.data.dataset = "synthetic";
-    c.data.synthetic_samples = 96;
-    c.data.synthetic_test_samples = 24;
-    c.data.synthetic_classes = 3;
-    c.data.synthetic_shape = {1, 16, 8};
-    c.data.synthetic_noise = 1.0;
-    c.model.name = "resnet";
-    c.model.resnet_width = 2;
-    c.model.resnet_blocks = 1;
-    c.train.epochs = 1;
-    c.train.batch_size = 12;
-    c.train.seed = 5;
-    c.train.log_every = 4;
-    c.train.checkpoint_every = 0;
-    c.optim.lr = 0.05;
-    c.optim.momentum = 0.9;
-    c.parallel.trace_steps = 0;
-    c.parallel.allreduce = "ring";
+    Config c = small_resnet_config();
     c.parallel.strategy = "hybrid";
     c.hybrid.dp = dp;
     c.hybrid.sp = sp;
     return c;
   }
 
-  struct Ranks {
-    std::vector<std::vector<float>> params, buffers;  // per rank
-  };
-  // Every rank's parameters and buffers after `ranks` thread ranks train `config` in `folder`.
-  Ranks train(Config config, int ranks, std::string folder = "", bool resume = false) {
-    config.parallel.workers = ranks;
-    if (folder.empty()) folder = dir("grid");
-    Ranks out{std::vector<std::vector<float>>(static_cast<std::size_t>(ranks)),
-              std::vector<std::vector<float>>(static_cast<std::size_t>(ranks))};
-    comm::spawn_ranks(
-        ranks,
-        [&](comm::Communicator& comm) {
-          ScopedComputePool pool(1);
-          TrainerOptions options{folder, resume, true, stderr, nullptr, nullptr};
-          options.comm = &comm;
-          Trainer trainer(config, options);
-          trainer.run();
-          const auto& store = trainer.model().store();
-          const auto r = static_cast<std::size_t>(comm.rank());
-          out.params[r].assign(store.params(), store.params() + store.num_params());
-          out.buffers[r].assign(store.buffers(), store.buffers() + store.num_buffer_elements());
-        },
-        comm_options());
-    return out;
-  }
-
-  static nlohmann::json parallel_summary(const std::string& run) {
-    std::ifstream in(std::filesystem::path(run) / "summary.json");
-    return nlohmann::json::parse(in).at("parallel");
-  }
-
-  static std::string error_of(const std::function<void()>& run) {
-    try {
-      run();
-    } catch (const ConfigError& e) {
-      return e.what();
-    }
-    return "no error";
+  // One worker on the same global batch accumulating 2 micro-batches of 6: what a grid of 2
+  // replicas follows.
+  static Config accumulating_one_worker(const Config& c) {
+    Config one = plain_data_parallel(c);
+    one.train.accumulate_steps = 2;
+    return one;
   }
 };
 
 TEST_F(SpatialGridTest, DataTimesSpatialFollowsOneWorkerAndSendsTheFormulasBytes) {
   const Config c = grid(2, 2);
-  Config one = c;
-  one.parallel.strategy = "data_parallel";
-  one.hybrid = HybridSection{};
-  one.train.accumulate_steps = 2;
-  Trainer single(one, TrainerOptions{dir("single"), false, true, stderr, nullptr, nullptr});
-  single.run();
-  const auto& store = single.model().store();
-  const std::vector<float> reference(store.params(), store.params() + store.num_params());
+  const Config one = accumulating_one_worker(c);
+  const std::vector<float> reference = one_worker(one);
 
   const std::string run = dir("dp2-sp2");
-  const Ranks ranks = train(c, 4, run);
+  const Ranks ranks = train_ranks(c, 4, run);
   for (int r = 1; r < 4; ++r) {
     EXPECT_EQ(ranks.params[static_cast<std::size_t>(r)], ranks.params[0]) << r;
     EXPECT_EQ(ranks.buffers[static_cast<std::size_t>(r)], ranks.buffers[0]) << r;
@@ -124,7 +67,7 @@ TEST_F(SpatialGridTest, DataTimesSpatialFollowsOneWorkerAndSendsTheFormulasBytes
   // Running statistics: the mean of --workers 2 data parallelism's ranks' (which differ).
   Config data_parallel = one;
   data_parallel.train.accumulate_steps = 1;
-  const Ranks dp2 = train(data_parallel, 2);
+  const Ranks dp2 = train_ranks(data_parallel, 2);
   ASSERT_NE(dp2.buffers[0], dp2.buffers[1]);
   std::vector<float> mean(dp2.buffers[0].size());
   for (std::size_t i = 0; i < mean.size(); ++i) {
@@ -139,30 +82,18 @@ TEST_F(SpatialGridTest, DataTimesSpatialFollowsOneWorkerAndSendsTheFormulasBytes
   //                  + 8 (2F + 1) + 8 (2F) per batch norm + 4 b 8 (the pool) + 4 x 1294 (split
   //                  parameters: all but fc)
   //   data group     2 (D-1)/D x 4 N = 4 x 1321 (all parameters)
-  struct Conv {
-    double channels, width, top, bottom;
-    bool backward;
-  };
-  const std::vector<Conv> convs{
-      {1, 8, 1, 1, false},                                           // conv1
-      {2, 8, 1, 1, true},  {2, 8, 1, 1, true},                       // stage 1
-      {2, 8, 1, 0, true},  {4, 4, 1, 1, true}, {2, 8, 0, 0, true},   // stage 2
-      {4, 4, 1, 0, true},  {8, 2, 1, 1, true}, {4, 4, 0, 0, true}};  // stage 3
   const double b = 6;
-  const auto parallel = parallel_summary(run);
+  const auto parallel = summary_of(run).at("parallel");
   EXPECT_EQ(parallel.at("strategy"), "hybrid");
   EXPECT_EQ(parallel.at("grid").at("spatial_groups").dump(), "[[0,1],[2,3]]");
   EXPECT_EQ(parallel.at("grid").at("data_groups").dump(), "[[0,2],[1,3]]");
   ASSERT_EQ(parallel.at("per_grid_rank").size(), 4u);
   for (const auto& row : parallel.at("per_grid_rank")) {
-    const double above = row.at("sp").get<int>() == 1, below = 1 - above;
-    double model = 4 * b * 8 + 4 * 1294.0;
-    for (const Conv& k : convs) {
-      const double per_row = 4 * b * k.channels * k.width;
-      model += per_row * (above * k.bottom + below * k.top);
-      if (k.backward) model += per_row * (above * k.top + below * k.bottom);
+    const bool above = row.at("sp").get<int>() == 1;
+    double model = 4 * b * 8 + 4 * 1294.0 + small_resnet_halo_bytes(b, above, !above);
+    for (const auto f : kSmallResnetBatchNormFeatures) {
+      model += 8 * (2 * static_cast<double>(f) + 1) + 8 * (2 * static_cast<double>(f));
     }
-    for (const double f : {2, 2, 2, 4, 4, 4, 8, 8, 8}) model += 8 * (2 * f + 1) + 8 * (2 * f);
     EXPECT_DOUBLE_EQ(row.at("model_group_bytes_sent_per_step").get<double>(), model) << row;
     EXPECT_DOUBLE_EQ(row.at("model_group_bytes_predicted_per_step").get<double>(), model) << row;
     EXPECT_DOUBLE_EQ(row.at("data_group_bytes_sent_per_step").get<double>(), 4 * 1321.0) << row;
@@ -182,15 +113,8 @@ TEST_F(SpatialGridTest, ThreeAndFourSpatialRanksPerReplicaFollowOneWorker) {
   for (const Case& k : {Case{3, 24}, Case{4, 16}}) {
     Config c = grid(2, k.sp);
     c.data.synthetic_shape = {1, k.height, 8};
-    Config one = c;
-    one.parallel.strategy = "data_parallel";
-    one.hybrid = HybridSection{};
-    one.train.accumulate_steps = 2;
-    Trainer single(one, TrainerOptions{dir("single"), false, true, stderr, nullptr, nullptr});
-    single.run();
-    const auto& store = single.model().store();
-    const std::vector<float> reference(store.params(), store.params() + store.num_params());
-    const Ranks ranks = train(c, 2 * k.sp);
+    const std::vector<float> reference = one_worker(accumulating_one_worker(c));
+    const Ranks ranks = train_ranks(c, 2 * k.sp);
     const double relative = relative_difference(ranks.params[0], reference);
     std::fprintf(stderr, "dp 2 x sp %d: relative difference to one worker %.3g\n", k.sp, relative);
     EXPECT_LT(relative, 1e-5) << "sp " << k.sp;
@@ -207,34 +131,34 @@ TEST_F(SpatialGridTest, ZeroOneAndResumesOnTheSameGridBitwiseAndOnAnotherFromOne
   c.optim.lr = 0.01;
   c.train.epochs = 2;
   c.train.checkpoint_every = 1;
-  const std::vector<float> plain = train(c, 4).params[0];
+  const std::vector<float> plain = train_ranks(c, 4).params[0];
   c.data_parallel.zero_stage = std::string("1");
-  const std::vector<float> uninterrupted = train(c, 4).params[0];
+  const std::vector<float> uninterrupted = train_ranks(c, 4).params[0];
   // A ring allreduce over 2 ranks is its reduce-scatter and allgather: the same sums.
   EXPECT_EQ(uninterrupted, plain);
 
   Config first = c;
   first.train.epochs = 1;
   const std::string run = dir("resumed");
-  train(first, 4, run);
-  EXPECT_EQ(train(c, 4, run, /*resume=*/true).params[0], uninterrupted);
+  train_ranks(first, 4, run);
+  EXPECT_EQ(train_ranks(c, 4, run, /*resume=*/true).params[0], uninterrupted);
   // The same checkpoint on dp 1 x sp 4: 4 rows per rank, the whole batch in one replica, in 2
   // micro-batches of 6 so that the batch norms see the 6 images a replica of dp 2 saw.
   const std::string other = dir("regridded");
-  train(first, 4, other);
+  train_ranks(first, 4, other);
   Config regrid = c;
   regrid.hybrid.dp = 1;
   regrid.hybrid.sp = 4;
   regrid.train.accumulate_steps = 2;
   const double relative =
-      relative_difference(train(regrid, 4, other, /*resume=*/true).params[0], uninterrupted);
+      relative_difference(train_ranks(regrid, 4, other, /*resume=*/true).params[0], uninterrupted);
   std::fprintf(stderr, "dp 2 x sp 2 checkpoint resumed on dp 1 x sp 4: relative %.3g\n", relative);
   EXPECT_LT(relative, 1e-5);
 }
 
 TEST_F(SpatialGridTest, BadGridsAreOneLineConfigErrorsNamingTheNumbers) {
   const auto expect_error = [&](const Config& c, int ranks, const std::vector<std::string>& parts) {
-    const std::string what = error_of([&] { train(c, ranks); });
+    const std::string what = config_error_of([&] { train_ranks(c, ranks); });
     for (const std::string& part : parts) {
       EXPECT_NE(what.find(part), std::string::npos) << what;
     }

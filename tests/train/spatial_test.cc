@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,7 +19,7 @@
 #include "dtrain/nn/linear.h"
 #include "dtrain/nn/max_pool2d.h"
 #include "dtrain/train/trainer.h"
-#include "parallel_training_fixture.h"
+#include "grid_training_fixture.h"
 
 namespace dtrain::train {
 namespace {
@@ -40,26 +39,11 @@ std::unique_ptr<nn::Model> small_cnn(const tensor::Shape& sample, std::int64_t c
   return model;
 }
 
-class SpatialTest : public testing::ParallelTrainingTest {
+class SpatialTest : public testing::GridTrainingTest {
  public:
   // 96 synthetic images (2, height, 6) of 3 classes, batch 12: 8 steps in one epoch.
   static Config cnn_config(std::int64_t height) {
-    Config c;
-    c.data.dataset = "synthetic";
-    c.data.synthetic_samples = 96;
-    c.data.synthetic_test_samples = 24;
-    c.data.synthetic_classes = 3;
-    c.data.synthetic_shape = {2, height, 6};
-    c.data.synthetic_noise = 1.0;
-    c.train.epochs = 1;
-    c.train.batch_size = 12;
-    c.train.seed = 5;
-    c.train.log_every = 4;
-    c.train.checkpoint_every = 0;
-    c.optim.lr = 0.05;
-    c.optim.momentum = 0.9;
-    c.parallel.trace_steps = 0;
-    c.parallel.allreduce = "ring";
+    Config c = images_config(2, height, 6);
     c.parallel.strategy = "spatial";
     return c;
   }
@@ -67,52 +51,26 @@ class SpatialTest : public testing::ParallelTrainingTest {
   // The ResNet of model_resnet.cc (width 2, one block per stage) on (1, 16, 8) images: split
   // through its residual blocks, strided convolutions and global pool.
   static Config resnet_config() {
-    Config c = cnn_config(16);
-    c.data.synthetic_shape = {1, 16, 8};
-    c.model.name = "resnet";
-    c.model.resnet_width = 2;
-    c.model.resnet_blocks = 1;
+    Config c = small_resnet_config();
+    c.parallel.strategy = "spatial";
     return c;
-  }
-
-  TrainerOptions options(const std::string& run, comm::Communicator* comm) {
-    TrainerOptions o{run, false, true, stderr, nullptr, nullptr};
-    o.comm = comm;
-    if (!resnet_) o.make_model = small_cnn;
-    return o;
   }
 
   bool resnet_ = false;  // the model from the config (the ResNet) instead of small_cnn
 
+  ModelFactory model() const { return resnet_ ? nullptr : ModelFactory(small_cnn); }
+
   std::vector<float> one_worker(const Config& config) {
-    Trainer trainer(config, options(dir("single"), nullptr));
-    trainer.run();
-    const auto& store = trainer.model().store();
-    return {store.params(), store.params() + store.num_params()};
+    return GridTrainingTest::one_worker(config, model());
   }
 
   // Rank 0's parameters after `ranks` ranks (threads) train `config`, checked equal on every rank.
-  std::vector<float> spatial(Config config, int ranks, const std::string& run) {
-    config.parallel.workers = ranks;
-    std::vector<std::vector<float>> params(static_cast<std::size_t>(ranks));
-    comm::spawn_ranks(
-        ranks,
-        [&](comm::Communicator& comm) {
-          ScopedComputePool pool(1);
-          Trainer trainer(config, options(run, &comm));
-          trainer.run();
-          const auto& store = trainer.model().store();
-          params[static_cast<std::size_t>(comm.rank())].assign(store.params(),
-                                                               store.params() + store.num_params());
-        },
-        comm_options());
-    for (int r = 1; r < ranks; ++r) EXPECT_EQ(params[static_cast<std::size_t>(r)], params[0]);
-    return params[0];
-  }
-
-  static nlohmann::json summary_of(const std::string& run) {
-    std::ifstream in(std::filesystem::path(run) / "summary.json");
-    return nlohmann::json::parse(in);
+  std::vector<float> spatial(const Config& config, int ranks, const std::string& run) {
+    const Ranks out = train_ranks(config, ranks, run, false, model());
+    for (int r = 1; r < ranks; ++r) {
+      EXPECT_EQ(out.params[static_cast<std::size_t>(r)], out.params[0]);
+    }
+    return out.params[0];
   }
 };
 
@@ -182,15 +140,6 @@ TEST_F(SpatialTest, SplitResNetFollowsOneWorkerAndSendsTheFormulasBytes) {
     //             backward (not for conv1, the first trainable layer), per convolution
     //   allreduce ring(2F + 1) + ring(2F) doubles per batch norm (F = 2, 2, 2, 4, 4, 4, 8, 8, 8),
     //             ring(B x 8 floats) (the pool), ring(1294 floats) (all but fc's 8 x 3 + 3)
-    struct Conv {
-      double channels, width, top, bottom;
-      bool backward;
-    };
-    const std::vector<Conv> convs{
-        {1, 8, 1, 1, false},                                           // conv1
-        {2, 8, 1, 1, true},  {2, 8, 1, 1, true},                       // stage 1
-        {2, 8, 1, 0, true},  {4, 4, 1, 1, true}, {2, 8, 0, 0, true},   // stage 2
-        {4, 4, 1, 0, true},  {8, 2, 1, 1, true}, {4, 4, 0, 0, true}};  // stage 3
     const auto parallel = summary_of(run).at("parallel");
     EXPECT_EQ(parallel.at("split_parameters").get<std::int64_t>(), 1294);
     EXPECT_EQ(parallel.at("gathered_before").get<std::string>(), "");
@@ -201,15 +150,9 @@ TEST_F(SpatialTest, SplitResNetFollowsOneWorkerAndSendsTheFormulasBytes) {
     };
     for (const auto& row : parallel.at("per_spatial_rank")) {
       const int r = row.at("rank").get<int>();
-      const double above = r > 0, below = r + 1 < p;
-      double halo = 0;
-      for (const Conv& k : convs) {
-        const double per_row = 4 * b * k.channels * k.width;
-        halo += per_row * (above * k.bottom + below * k.top);
-        if (k.backward) halo += per_row * (above * k.top + below * k.bottom);
-      }
+      const double halo = small_resnet_halo_bytes(b, r > 0, r + 1 < p);
       double allreduce = ring(12 * 8, 4, r) + ring(1294, 4, r);
-      for (const std::int64_t f : {2, 2, 2, 4, 4, 4, 8, 8, 8}) {
+      for (const std::int64_t f : kSmallResnetBatchNormFeatures) {
         allreduce += ring(2 * f + 1, 8, r) + ring(2 * f, 8, r);
       }
       EXPECT_DOUBLE_EQ(row.at("halo_bytes_sent_per_step").get<double>(), halo) << r;
@@ -261,15 +204,8 @@ TEST_F(SpatialTest, ModelsThatCannotBeSplitAreOneConfigErrorBeforeTraining) {
     c.parallel.workers = k.p;
     const std::string run = dir("refused");
     try {
-      comm::spawn_ranks(
-          k.p,
-          [&](comm::Communicator& comm) {
-            TrainerOptions o = options(run, &comm);
-            if (!k.cnn) o.make_model = nullptr;  // the default MLP
-            Trainer trainer(c, o);
-            trainer.run();
-          },
-          comm_options());
+      // Without small_cnn: the default MLP.
+      train_ranks(c, k.p, run, false, k.cnn ? ModelFactory(small_cnn) : nullptr);
       FAIL() << "no error for " << k.expected;
     } catch (const ConfigError& e) {
       const std::string what = e.what();

@@ -1,17 +1,28 @@
 #include "dtrain/base/stop_request.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
+#include <cstring>
 
 namespace dtrain {
 namespace {
 
 std::atomic<int> requested{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
+std::atomic<const char*> sigint_note{nullptr};
+static_assert(std::atomic<const char*>::is_always_lock_free, "the handler reads the note");
 
 extern "C" void on_stop_signal(int signal) {
   int none = 0;
-  requested.compare_exchange_strong(none, signal);
+  const bool first = requested.compare_exchange_strong(none, signal);
+  const char* note = sigint_note.load();
+  if (first && signal == SIGINT && note != nullptr) {
+    // write(2) and strlen are async-signal-safe; a short write is left as it is.
+    const ssize_t written = ::write(STDERR_FILENO, note, std::strlen(note));
+    (void)written;
+  }
   std::signal(signal, SIG_DFL);  // a second one ends the process
 }
 
@@ -28,6 +39,8 @@ void install_stop_handlers() {
   }();
   (void)installed;
 }
+
+void set_sigint_note(const char* line) { sigint_note.store(line); }
 
 int stop_requested() { return requested.load(std::memory_order_relaxed); }
 

@@ -15,6 +15,12 @@ namespace dtrain {
 // Installs the handlers for SIGTERM, SIGINT and SIGHUP; idempotent.
 void install_stop_handlers();
 
+// A line (with its newline) that the first SIGINT writes to stderr at once, from the handler, so
+// that a user who pressed Ctrl-C learns it was heard even while a rank is stuck in a wait and no
+// step boundary comes soon; nullptr (the default) writes nothing. SIGTERM never writes. `line`
+// must outlive the process (a string literal).
+void set_sigint_note(const char* line);
+
 // The signal that asked for a stop (SIGTERM, SIGINT, SIGHUP), or 0.
 int stop_requested();
 

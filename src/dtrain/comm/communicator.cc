@@ -6,6 +6,8 @@
 #include <cstring>
 #include <optional>
 #include <set>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "dtrain/base/env.h"
@@ -193,12 +195,26 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
-// Rethrows the current CommError with `prefix` in front, keeping its type.
-[[noreturn]] void rethrow_with(const std::string& prefix) {
+// What a deadline error ends with: the deadline and the setting that raises it.
+constexpr std::string_view kDeadlineAdvice = "; the deadline is ";
+
+std::string deadline_advice(std::chrono::milliseconds timeout, const std::string& setting) {
+  return fmt::format("{}{:.3g} s: a rank died or is stuck (raise {} if it is only slow)",
+                     kDeadlineAdvice, std::chrono::duration<double>(timeout).count(), setting);
+}
+
+// Rethrows the current CommError with `prefix` in front, keeping its type; a deadline's error
+// also with deadline_advice(timeout, setting) after it (once: an error that has it keeps it).
+[[noreturn]] void rethrow_with(const std::string& prefix, std::chrono::milliseconds timeout,
+                               const std::string& setting) {
   try {
     throw;
   } catch (const CommTimeoutError& e) {
-    throw CommTimeoutError(prefix + e.what());
+    const std::string_view what = e.what();
+    throw CommTimeoutError(prefix + std::string(what) +
+                           (what.find(kDeadlineAdvice) == std::string_view::npos
+                                ? deadline_advice(timeout, setting)
+                                : std::string()));
   } catch (const CommError& e) {
     throw CommError(prefix + e.what());
   }
@@ -692,7 +708,7 @@ void Communicator::run(const Call& call) {
     if (options_.check_headers && call.check_header && size() > 1) check_header(call, start);
     execute(call, channel, extra);
   } catch (const CommError&) {
-    rethrow_with(describe(call));
+    rethrow_with(describe(call), call.timeout, options_.timeout_setting);
   }
   OpStats stats;
   stats.calls = 1;
@@ -753,7 +769,8 @@ void Communicator::point_to_point(bool is_send, void* data, std::int64_t count, 
     }
   } catch (const CommError&) {
     rethrow_with(fmt::format("rank {}: {} {} rank {} ({} x {}, tag {}): ", rank(), what,
-                             is_send ? "to" : "from", peer, count, dtype_name(dtype), tag));
+                             is_send ? "to" : "from", peer, count, dtype_name(dtype), tag),
+                 options_.timeout, options_.timeout_setting);
   }
   OpStats stats;
   stats.calls = 1;
@@ -819,7 +836,9 @@ void PendingMessage::wait() {
   } catch (const CommError&) {
     rethrow_with(fmt::format("rank {}: {} {} rank {} ({} x {}, tag {}): ", comm_->rank(),
                              is_send_ ? "isend" : "irecv", is_send_ ? "to" : "from", peer_, count_,
-                             dtype_name(dtype_), tag_));
+                             dtype_name(dtype_), tag_),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - posted_),
+                 comm_->options().timeout_setting);
   }
   const auto bytes =
       static_cast<std::int64_t>(static_cast<std::size_t>(count_) * dtype_size(dtype_));

@@ -46,6 +46,9 @@ std::chrono::milliseconds default_comm_timeout();
 struct CommOptions {
   // Deadline of every blocking wait of one call.
   std::chrono::milliseconds timeout = default_comm_timeout();
+  // What a user sets to change `timeout`: a deadline's error ends "the deadline is 3 s: a rank
+  // died or is stuck (raise <timeout_setting> if it is only slow)".
+  std::string timeout_setting = "parallel.comm_timeout_seconds";
   // The cross-rank argument check before each collective: 2(P - 1) small messages through rank 0.
   // Turn off for benchmarks; mismatches then show up as size errors or wrong results.
   bool check_headers = true;

@@ -218,6 +218,7 @@ void run_configuration(const CollectiveBenchmarkOptions& options, const std::str
   CommOptions comm_options;
   comm_options.check_headers = false;
   comm_options.segment_bytes = options.segment_bytes;
+  comm_options.timeout_setting = "DTRAIN_COMM_TIMEOUT_MS";
   const std::function<void(Communicator&)> body = [&](Communicator& comm) {
     CollectiveOptions call;
     call.algorithm = algorithm;

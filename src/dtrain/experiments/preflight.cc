@@ -281,6 +281,7 @@ PreflightReport run_preflight(const PreflightOptions& options) {
 
   comm::CommOptions comm_options;
   comm_options.timeout = options.timeout;
+  comm_options.timeout_setting = "dtrain check --timeout";
   comm_options.stall_warning = std::chrono::milliseconds(0);
   const std::function<void(comm::Communicator&)> body = [&](comm::Communicator& comm) {
     const int me = comm.rank();

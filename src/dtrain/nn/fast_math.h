@@ -84,26 +84,31 @@ inline __m512 fast_exp16(__m512 x) {
   return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(bits));
 }
 
-// The sum and the maximum of the 16 lanes, folded in halves (a fixed order).
-inline float reduce_add16(__m512 v) {
+// The sum and the maximum of the 16 lanes, folded in halves (a fixed order): one fold, whose lane
+// operation LaneOp is a function object defined for __m256 and __m128 (LaneAdd, LaneMax). The last
+// step uses the full 128-bit operation, whose lane 0 is that of the _ss form.
+struct LaneAdd {
+  __m256 operator()(__m256 a, __m256 b) const { return _mm256_add_ps(a, b); }
+  __m128 operator()(__m128 a, __m128 b) const { return _mm_add_ps(a, b); }
+};
+struct LaneMax {
+  __m256 operator()(__m256 a, __m256 b) const { return _mm256_max_ps(a, b); }
+  __m128 operator()(__m128 a, __m128 b) const { return _mm_max_ps(a, b); }
+};
+
+template <typename LaneOp>
+inline float reduce16(__m512 v, LaneOp op) {
   const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 0));
   const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1));
-  __m256 s8 = _mm256_add_ps(lo, hi);
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-  return _mm_cvtss_f32(s4);
+  const __m256 r8 = op(lo, hi);
+  __m128 r4 = op(_mm256_castps256_ps128(r8), _mm256_extractf128_ps(r8, 1));
+  r4 = op(r4, _mm_movehl_ps(r4, r4));
+  r4 = op(r4, _mm_movehdup_ps(r4));
+  return _mm_cvtss_f32(r4);
 }
 
-inline float reduce_max16(__m512 v) {
-  const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 0));
-  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1));
-  __m256 m8 = _mm256_max_ps(lo, hi);
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  return _mm_cvtss_f32(m4);
-}
+inline float reduce_add16(__m512 v) { return reduce16(v, LaneAdd{}); }
+inline float reduce_max16(__m512 v) { return reduce16(v, LaneMax{}); }
 #endif
 
 inline float fast_erf(float x) {

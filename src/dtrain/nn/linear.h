@@ -16,9 +16,10 @@
 // Forward with more outputs than samples (out > B) computes the transposed product
 // y^T (out, B) = W x^T + b and transposes it into y (tensor/transpose.h, 2 x B x out x 4 bytes).
 // OpenBLAS 0.3.21 runs that shape faster, transpose included, and the plain one faster when
-// out <= B (the figures: docs/PERFORMANCE.md, "Ninth session"). Each output is the same sum in the
-// same order either way (OpenBLAS blocks K identically), so the two paths give bitwise-equal
-// outputs.
+// out <= B (the figures: docs/PERFORMANCE.md, "Ninth session"). With OpenBLAS's SkylakeX kernels
+// each output is the same sum in the same order either way, so the two paths give bitwise-equal
+// outputs; its Haswell kernels (also chosen on AMD Zen) differ in the last bits between the two
+// (tests/support/blas_order.h).
 #pragma once
 
 #include <cstdint>

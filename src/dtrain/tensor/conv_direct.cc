@@ -102,79 +102,102 @@ const float* build_shifted(const ConvGeometry& g, const float* image, float* scr
 // The accumulators are named variables passed by reference (not arrays) so that they stay in
 // registers once inlined (with arrays GCC 12 kept xa and xb on the stack and re-read them for every
 // FMA, 2x slower).
-inline void forward_tap(float w, __m512 xa, __m512 xb, __m512& lo, __m512& hi) {
+[[gnu::always_inline]] inline void forward_tap(float w, __m512 xa, __m512 xb, __m512& lo,
+                                               __m512& hi) {
   const __m512 wv = _mm512_set1_ps(w);
   lo = _mm512_fmadd_ps(wv, xa, lo);
   hi = _mm512_fmadd_ps(wv, xb, hi);
 }
 
+// The register block of both forward kernels (forward_rows, forward_flat): filters f0 to
+// f0 + NF - 1 (a last group with fewer filters repeats the last one and stores only the real ones)
+// over one block of 32 output pixels, NF x 2 named accumulators (the block's two vectors per
+// filter; with NF = 6 those of filters 6 and 7 are never touched and the compiler drops them).
+// The kernels differ only in how they address the input, passed in as three callables, all
+// inlined here so that the accumulators stay in registers:
+//   start(f, high)       filter f's starting value of its low or high vector (bias, addend)
+//   for_each_tap(tap)    calls tap(t, xa, xb) for every tap in (c, i, j) order: the input's two
+//                        vectors xa, xb under weight t of each filter (t = (c * KH + i) * KW + j)
+//   store(f, lo, hi)     writes filter f's two vectors
+template <int NF, typename Start, typename ForEachTap, typename Store>
+[[gnu::always_inline]] inline void forward_block(std::int64_t filters, std::int64_t f0,
+                                                 const float* weight, std::int64_t rows,
+                                                 const Start& start, const ForEachTap& for_each_tap,
+                                                 const Store& store) {
+  static_assert(NF == 6 || NF == 8);
+  const auto filter = [&](std::int64_t k) { return std::min(f0 + k, filters - 1); };
+  const float* w0 = weight + filter(0) * rows;
+  const float* w1 = weight + filter(1) * rows;
+  const float* w2 = weight + filter(2) * rows;
+  const float* w3 = weight + filter(3) * rows;
+  const float* w4 = weight + filter(4) * rows;
+  const float* w5 = weight + filter(5) * rows;
+  const float* w6 = weight + filter(6) * rows;
+  const float* w7 = weight + filter(7) * rows;
+  __m512 lo0 = start(filter(0), false), lo1 = start(filter(1), false),
+         lo2 = start(filter(2), false), lo3 = start(filter(3), false),
+         lo4 = start(filter(4), false), lo5 = start(filter(5), false),
+         lo6 = start(filter(6), false), lo7 = start(filter(7), false);
+  __m512 hi0 = start(filter(0), true), hi1 = start(filter(1), true), hi2 = start(filter(2), true),
+         hi3 = start(filter(3), true), hi4 = start(filter(4), true), hi5 = start(filter(5), true),
+         hi6 = start(filter(6), true), hi7 = start(filter(7), true);
+  for_each_tap([&](std::int64_t t, __m512 xa, __m512 xb) __attribute__((always_inline)) {
+    forward_tap(w0[t], xa, xb, lo0, hi0);
+    forward_tap(w1[t], xa, xb, lo1, hi1);
+    forward_tap(w2[t], xa, xb, lo2, hi2);
+    forward_tap(w3[t], xa, xb, lo3, hi3);
+    forward_tap(w4[t], xa, xb, lo4, hi4);
+    forward_tap(w5[t], xa, xb, lo5, hi5);
+    if constexpr (NF == 8) {
+      forward_tap(w6[t], xa, xb, lo6, hi6);
+      forward_tap(w7[t], xa, xb, lo7, hi7);
+    }
+  });
+  const __m512 lo[8] = {lo0, lo1, lo2, lo3, lo4, lo5, lo6, lo7};
+  const __m512 hi[8] = {hi0, hi1, hi2, hi3, hi4, hi5, hi6, hi7};
+  const std::int64_t live = std::min<std::int64_t>(NF, filters - f0);
+  for (std::int64_t k = 0; k < live; ++k) store(f0 + k, lo[k], hi[k]);
+}
+
 // The forward pass over an already shifted image, NF (6 or 8) filters at a time: for each output
 // row, NF x 2 accumulators (the two halves of the row) take one broadcast weight per filter and
-// tap; with NF = 6 the accumulators of filters 6 and 7 are never touched (the compiler drops them).
-// addend (F, OH, OW), when not null, is the accumulators' starting value (plus bias).
+// tap (forward_block). addend (F, OH, OW), when not null, is the accumulators' starting value
+// (plus bias).
 template <int NF>
 void forward_rows(const ConvGeometry& g, std::int64_t filters, const float* weight,
                   const float* bias, const float* addend, const float* shifted, float* y) {
-  static_assert(NF == 6 || NF == 8);
   const std::int64_t padded_h = g.height + 2 * g.padding;
   const std::int64_t oh_count = g.out_height();
   const std::int64_t ow_count = g.out_width();
   const std::int64_t rows = g.col_rows();
   const auto tail = static_cast<__mmask16>((1u << (ow_count - kConvDirectLanes)) - 1u);
   for (std::int64_t f0 = 0; f0 < filters; f0 += NF) {
-    // A last group with fewer filters repeats the last one and stores only the real ones.
-    const auto filter = [&](std::int64_t k) { return std::min(f0 + k, filters - 1); };
-    const float* w0 = weight + filter(0) * rows;
-    const float* w1 = weight + filter(1) * rows;
-    const float* w2 = weight + filter(2) * rows;
-    const float* w3 = weight + filter(3) * rows;
-    const float* w4 = weight + filter(4) * rows;
-    const float* w5 = weight + filter(5) * rows;
-    const float* w6 = weight + filter(6) * rows;
-    const float* w7 = weight + filter(7) * rows;
     for (std::int64_t oh = 0; oh < oh_count; ++oh) {
-      const auto start = [&](std::int64_t k, bool high) {
-        const __m512 b = _mm512_set1_ps(bias != nullptr ? bias[filter(k)] : 0.0f);
+      const auto start = [&](std::int64_t f, bool high) __attribute__((always_inline)) {
+        const __m512 b = _mm512_set1_ps(bias != nullptr ? bias[f] : 0.0f);
         if (addend == nullptr) return b;
-        const float* from = addend + filter(k) * oh_count * ow_count + oh * ow_count;
+        const float* from = addend + f * oh_count * ow_count + oh * ow_count;
         const __m512 a =
             high ? _mm512_maskz_loadu_ps(tail, from + kConvDirectLanes) : _mm512_loadu_ps(from);
         return bias != nullptr ? _mm512_add_ps(b, a) : a;
       };
-      __m512 lo0 = start(0, false), lo1 = start(1, false), lo2 = start(2, false),
-             lo3 = start(3, false), lo4 = start(4, false), lo5 = start(5, false),
-             lo6 = start(6, false), lo7 = start(7, false);
-      __m512 hi0 = start(0, true), hi1 = start(1, true), hi2 = start(2, true), hi3 = start(3, true),
-             hi4 = start(4, true), hi5 = start(5, true), hi6 = start(6, true), hi7 = start(7, true);
-      for (std::int64_t c = 0; c < g.channels; ++c) {
-        for (std::int64_t i = 0; i < g.kernel_h; ++i) {
-          const std::int64_t tap = (c * g.kernel_h + i) * g.kernel_w;
-          for (std::int64_t j = 0; j < g.kernel_w; ++j) {
-            const float* row = shifted + ((c * g.kernel_w + j) * padded_h + oh + i) * kRow;
-            const __m512 xa = _mm512_load_ps(row);
-            const __m512 xb = _mm512_load_ps(row + kConvDirectLanes);
-            const std::int64_t t = tap + j;
-            forward_tap(w0[t], xa, xb, lo0, hi0);
-            forward_tap(w1[t], xa, xb, lo1, hi1);
-            forward_tap(w2[t], xa, xb, lo2, hi2);
-            forward_tap(w3[t], xa, xb, lo3, hi3);
-            forward_tap(w4[t], xa, xb, lo4, hi4);
-            forward_tap(w5[t], xa, xb, lo5, hi5);
-            if constexpr (NF == 8) {
-              forward_tap(w6[t], xa, xb, lo6, hi6);
-              forward_tap(w7[t], xa, xb, lo7, hi7);
+      const auto for_each_tap = [&](const auto& tap) __attribute__((always_inline)) {
+        for (std::int64_t c = 0; c < g.channels; ++c) {
+          for (std::int64_t i = 0; i < g.kernel_h; ++i) {
+            const std::int64_t t0 = (c * g.kernel_h + i) * g.kernel_w;
+            for (std::int64_t j = 0; j < g.kernel_w; ++j) {
+              const float* row = shifted + ((c * g.kernel_w + j) * padded_h + oh + i) * kRow;
+              tap(t0 + j, _mm512_load_ps(row), _mm512_load_ps(row + kConvDirectLanes));
             }
           }
         }
-      }
-      const __m512 lo[8] = {lo0, lo1, lo2, lo3, lo4, lo5, lo6, lo7};
-      const __m512 hi[8] = {hi0, hi1, hi2, hi3, hi4, hi5, hi6, hi7};
-      const std::int64_t live = std::min<std::int64_t>(NF, filters - f0);
-      for (std::int64_t k = 0; k < live; ++k) {
-        float* out = y + (f0 + k) * oh_count * ow_count + oh * ow_count;
-        _mm512_storeu_ps(out, lo[k]);
-        _mm512_mask_storeu_ps(out + kConvDirectLanes, tail, hi[k]);
-      }
+      };
+      const auto store = [&](std::int64_t f, __m512 lo, __m512 hi) __attribute__((always_inline)) {
+        float* out = y + f * oh_count * ow_count + oh * ow_count;
+        _mm512_storeu_ps(out, lo);
+        _mm512_mask_storeu_ps(out + kConvDirectLanes, tail, hi);
+      };
+      forward_block<NF>(filters, f0, weight, rows, start, for_each_tap, store);
     }
   }
 }
@@ -242,7 +265,6 @@ const FlatMasks& flat_masks(const ConvGeometry& g) {
 template <int NF>
 void forward_flat(const ConvGeometry& g, std::int64_t filters, const float* weight,
                   const float* bias, const float* addend, const float* image, float* y) {
-  static_assert(NF == 6 || NF == 8);
   const std::int64_t pixels = g.height * g.width;  // = OH * OW
   const std::int64_t rows = g.col_rows();
   const std::int64_t taps = g.kernel_h * g.kernel_w;
@@ -261,58 +283,32 @@ void forward_flat(const ConvGeometry& g, std::int64_t filters, const float* weig
         live <= kConvDirectLanes
             ? 0u
             : (std::uint64_t{1} << static_cast<unsigned>(live - kConvDirectLanes)) - 1u);
-    for (std::int64_t f0 = 0; f0 < filters; f0 += NF) {
-      // A last group with fewer filters repeats the last one and stores only the real ones.
-      const auto filter = [&](std::int64_t k) { return std::min(f0 + k, filters - 1); };
-      const float* w0 = weight + filter(0) * rows;
-      const float* w1 = weight + filter(1) * rows;
-      const float* w2 = weight + filter(2) * rows;
-      const float* w3 = weight + filter(3) * rows;
-      const float* w4 = weight + filter(4) * rows;
-      const float* w5 = weight + filter(5) * rows;
-      const float* w6 = weight + filter(6) * rows;
-      const float* w7 = weight + filter(7) * rows;
-      const auto start = [&](std::int64_t k, bool high) {
-        const __m512 b = _mm512_set1_ps(bias != nullptr ? bias[filter(k)] : 0.0f);
-        if (addend == nullptr) return b;
-        const float* from = addend + filter(k) * pixels + p0;
-        const __m512 a = high ? _mm512_maskz_loadu_ps(store_hi, from + kConvDirectLanes)
-                              : _mm512_maskz_loadu_ps(store_lo, from);
-        return bias != nullptr ? _mm512_add_ps(b, a) : a;
-      };
-      __m512 lo0 = start(0, false), lo1 = start(1, false), lo2 = start(2, false),
-             lo3 = start(3, false), lo4 = start(4, false), lo5 = start(5, false),
-             lo6 = start(6, false), lo7 = start(7, false);
-      __m512 hi0 = start(0, true), hi1 = start(1, true), hi2 = start(2, true), hi3 = start(3, true),
-             hi4 = start(4, true), hi5 = start(5, true), hi6 = start(6, true), hi7 = start(7, true);
+    const auto start = [&](std::int64_t f, bool high) __attribute__((always_inline)) {
+      const __m512 b = _mm512_set1_ps(bias != nullptr ? bias[f] : 0.0f);
+      if (addend == nullptr) return b;
+      const float* from = addend + f * pixels + p0;
+      const __m512 a = high ? _mm512_maskz_loadu_ps(store_hi, from + kConvDirectLanes)
+                            : _mm512_maskz_loadu_ps(store_lo, from);
+      return bias != nullptr ? _mm512_add_ps(b, a) : a;
+    };
+    const auto for_each_tap = [&](const auto& tap) __attribute__((always_inline)) {
       for (std::int64_t c = 0; c < g.channels; ++c) {
         const auto base = reinterpret_cast<std::uintptr_t>(image + c * pixels + p0);
         for (std::int64_t t = 0; t < taps; ++t) {
           // The lanes before the image or past it are masked off: they read nothing.
           const auto* from = reinterpret_cast<const float*>(base + byte_offset(offset[t]));
-          const __m512 xa = _mm512_maskz_loadu_ps(mask_lo[t], from);
-          const __m512 xb = _mm512_maskz_loadu_ps(mask_hi[t], from + kConvDirectLanes);
-          const std::int64_t w = c * taps + t;
-          forward_tap(w0[w], xa, xb, lo0, hi0);
-          forward_tap(w1[w], xa, xb, lo1, hi1);
-          forward_tap(w2[w], xa, xb, lo2, hi2);
-          forward_tap(w3[w], xa, xb, lo3, hi3);
-          forward_tap(w4[w], xa, xb, lo4, hi4);
-          forward_tap(w5[w], xa, xb, lo5, hi5);
-          if constexpr (NF == 8) {
-            forward_tap(w6[w], xa, xb, lo6, hi6);
-            forward_tap(w7[w], xa, xb, lo7, hi7);
-          }
+          tap(c * taps + t, _mm512_maskz_loadu_ps(mask_lo[t], from),
+              _mm512_maskz_loadu_ps(mask_hi[t], from + kConvDirectLanes));
         }
       }
-      const __m512 lo[8] = {lo0, lo1, lo2, lo3, lo4, lo5, lo6, lo7};
-      const __m512 hi[8] = {hi0, hi1, hi2, hi3, hi4, hi5, hi6, hi7};
-      const std::int64_t live_f = std::min<std::int64_t>(NF, filters - f0);
-      for (std::int64_t k = 0; k < live_f; ++k) {
-        float* out = y + (f0 + k) * pixels + p0;
-        _mm512_mask_storeu_ps(out, store_lo, lo[k]);
-        _mm512_mask_storeu_ps(out + kConvDirectLanes, store_hi, hi[k]);
-      }
+    };
+    const auto store = [&](std::int64_t f, __m512 lo, __m512 hi) __attribute__((always_inline)) {
+      float* out = y + f * pixels + p0;
+      _mm512_mask_storeu_ps(out, store_lo, lo);
+      _mm512_mask_storeu_ps(out + kConvDirectLanes, store_hi, hi);
+    };
+    for (std::int64_t f0 = 0; f0 < filters; f0 += NF) {
+      forward_block<NF>(filters, f0, weight, rows, start, for_each_tap, store);
     }
   }
 }

@@ -1589,6 +1589,20 @@ std::vector<std::string> ignored_settings(const Config& config) {
   section_note("federated", config.federated == FederatedSection{});
   section_note("tensor_parallel", config.tensor_parallel == TensorParallelSection{});
   section_note("hybrid", config.hybrid == HybridSection{});
+  // The pipeline's stages never sleep as a straggler; a tensor group's ranks all compute as
+  // rank 0 of their data replica (their samples are the same).
+  if (!config.parallel.straggler.empty() &&
+      (strategy == "pipeline" || strategy == "tensor_parallel")) {
+    ignored.push_back(fmt::format(
+        "parallel.straggler = \"{}\" (--straggler) is ignored by parallel.strategy = \"{}\"{}; "
+        "data_parallel and parameter_server, whose ranks each compute samples of their own, "
+        "inject it",
+        config.parallel.straggler, strategy,
+        strategy == "pipeline" ? ""
+                               : " (its ranks share every sample and draw it as one rank: "
+                                 "rank=0 or a random delay slows all of them alike, another "
+                                 "rank none)"));
+  }
   if (config.optim.name != "onebit_adam" &&
       config.optim.freeze_step != OptimSection{}.freeze_step) {
     ignored.push_back(fmt::format(

@@ -60,6 +60,31 @@ int sample_byte(const float* logits, double temperature, Rng& rng) {
   return 255;
 }
 
+// When a run with these settings writes its first checkpoint file (the memory tier is not one a
+// later process reads): each cadence that is on, whichever comes first.
+std::string first_checkpoint_when(const TrainSection& train) {
+  std::vector<std::string> when;
+  if (train.checkpoint_every_steps > 0) {
+    when.push_back(
+        fmt::format("after step {} (train.checkpoint_every_steps)", train.checkpoint_every_steps));
+  }
+  if (train.checkpoint_every_seconds > 0.0) {
+    when.push_back(fmt::format("after {:.3g} s of training (train.checkpoint_every_seconds)",
+                               train.checkpoint_every_seconds));
+  } else if (train.mtbf_hours > 0.0) {
+    when.push_back("after the Young/Daly interval of train.mtbf_hours");
+  }
+  when.push_back(
+      train.checkpoint_every > 0
+          ? fmt::format("at the end of epoch {} (train.checkpoint_every)", train.checkpoint_every)
+          : std::string("at the end of the run (train.checkpoint_every = 0)"));
+  std::string text = when[0];
+  for (std::size_t i = 1; i < when.size(); ++i) {
+    text += (i + 1 == when.size() ? ", or " : ", ") + when[i];
+  }
+  return when.size() > 1 ? text + ", whichever comes first" : text;
+}
+
 }  // namespace
 
 std::string generate_text(const GenerateOptions& options) {
@@ -104,7 +129,14 @@ std::string generate_text(const GenerateOptions& options) {
   const std::int64_t block = config.data.block;
   auto model = nn::build_model(model_spec(config.model, {block}, 256));
   // The newest checkpoint that verifies (a damaged newest one is passed over with a warning).
-  const VerifiedCheckpoint newest = CheckpointDir((run / "checkpoints").string(), 0).newest_good();
+  const CheckpointDir checkpoints((run / "checkpoints").string(), 0);
+  if (!checkpoints.has_any()) {
+    throw CheckpointError(fmt::format(
+        "no checkpoint to generate from: {} holds none yet; this run writes its first {}: wait "
+        "for it, or if the run has stopped, continue it with `dtrain train --resume {}`",
+        checkpoints.folder(), first_checkpoint_when(config.train), options.run_dir));
+  }
+  const VerifiedCheckpoint newest = checkpoints.newest_good();
   restore_into(newest.checkpoint, model->store(), newest.path);
 
   std::string text = options.prompt;

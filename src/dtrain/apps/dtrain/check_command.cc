@@ -49,7 +49,8 @@ the run. Rank 0 prints; every process exits with the verdict's code.)");
       ->expected(1)
       ->take_all();
   sub->add_option("--timeout", *timeout_seconds,
-                  "seconds every rank is waited for before it is named missing (default 10)")
+                  "seconds every rank is waited for before it is named missing, and under mpirun "
+                  "every process for MPI's start (default 10)")
       ->check(CLI::Range(0.1, 3600.0));
   sub->add_option("--bytes", options->large_bytes,
                   "message size of the bandwidth measurement (default 1048576)")
@@ -60,6 +61,14 @@ the run. Rank 0 prints; every process exits with the verdict's code.)");
                    }
                    options->timeout = std::chrono::milliseconds(
                        static_cast<std::int64_t>(*timeout_seconds * 1000.0));
+                   // MPI_Init's start-up watchdog (the first MPI call, in run_preflight) waits
+                   // as long as the check's other waits.
+                   if (comm::launched_by_mpirun()) {
+                     comm::set_mpi_start_timeout(options->timeout,
+                                                 sub->count("--timeout") > 0
+                                                     ? "dtrain check --timeout"
+                                                     : "dtrain check --timeout's default, 10 s");
+                   }
                    const experiments::PreflightReport report = experiments::run_preflight(*options);
                    if (!comm::launched_by_mpirun() || comm::mpi_world_rank() == 0) {
                      fmt::print("{}", experiments::format_preflight(report));

@@ -1,5 +1,6 @@
 // dtrain train: flags -> train::Config -> train::Trainer.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,8 +20,10 @@
 #include "dtrain/comm/communicator.h"
 #include "dtrain/comm/transport/mpi/world.h"
 #include "dtrain/train/config.h"
+#include "dtrain/train/fork_server.h"
 #include "dtrain/train/grow_probe.h"
 #include "dtrain/train/launch.h"
+#include "dtrain/train/standby.h"
 #include "dtrain/train/strategy_registry.h"
 #include "dtrain/train/supervisor.h"
 #include "dtrain/train/trainer.h"
@@ -616,6 +619,17 @@ int run_train(const TrainFlags& flags) {
         "N with it");
   }
   install_stop_handlers();
+  // A first Ctrl-C is heard at once, also while a rank is stuck in a wait (the run itself reads it
+  // at its next step boundary). Said by the process that trains: not a warm standby or a fork
+  // server's template (which end silently), and under mpirun by process 0 alone.
+  if (!train::is_standby() && !train::is_fork_template() && comm::launcher_rank() == 0) {
+    set_sigint_note(
+        isatty(STDERR_FILENO) != 0
+            ? "\nSIGINT: stopping after the current step (a checkpoint first, where the "
+              "strategy keeps one); Ctrl-C again to end at once\n"
+            : "SIGINT: stopping after the current step (a checkpoint first, where the "
+              "strategy keeps one); Ctrl-C again to end at once\n");
+  }
   const train::RunSummary summary = [&] {
     try {
       return train::run_training(config, options);

@@ -60,9 +60,9 @@ void check_per_rank_writers(const PerRankState& split, int world, const std::str
   if (split.writers == 0 || std::cmp_equal(split.writers, world)) return;
   throw CheckpointError(fmt::format(
       "checkpoint {} holds {} of {} ranks, and this run has {}; each rank's {} its own, so "
-      "resume with {} ranks (or start a new run from the checkpoint's averaged parameters with "
-      "--config)",
-      path, holds, split.writers, world, own, split.writers));
+      "resume with {} ranks (--workers {}, or as many ranks under mpirun), or leave out --resume "
+      "to start a new run",
+      path, holds, split.writers, world, own, split.writers, split.writers));
 }
 
 }  // namespace dtrain::train

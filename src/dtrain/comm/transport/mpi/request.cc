@@ -68,8 +68,8 @@ bool test_all_quietly(std::vector<MPI_Request>& requests) {
 std::string size_mismatch(int source, int dest, std::uint64_t tag, std::uint64_t bytes,
                           std::size_t capacity) {
   return fmt::format(
-      "rank {} -> rank {} (tag {:#x}): message of {} bytes does not fit the receive buffer of {} "
-      "bytes; both ranks must pass the same count and dtype",
+      "process {} -> process {} (tag {:#x}): message of {} bytes does not fit the receive buffer "
+      "of {} bytes; both sides must pass the same count and dtype",
       source, dest, tag, bytes, capacity);
 }
 
@@ -124,8 +124,8 @@ MpiSendRequest::~MpiSendRequest() {
 }
 
 std::string MpiSendRequest::describe() const {
-  return fmt::format("rank {}: send to rank {} (tag {:#x}, {} bytes)", transport_->rank(), peer_,
-                     tag_, bytes_);
+  return fmt::format("process {}: send to process {} (tag {:#x}, {} bytes)", transport_->rank(),
+                     peer_, tag_, bytes_);
 }
 
 bool MpiSendRequest::test() {
@@ -199,8 +199,8 @@ MpiRecvRequest::~MpiRecvRequest() {
 }
 
 std::string MpiRecvRequest::describe() const {
-  return fmt::format("rank {}: recv from rank {} (tag {:#x}, {} bytes)", transport_->rank(), peer_,
-                     tag_, capacity_);
+  return fmt::format("process {}: recv from process {} (tag {:#x}, {} bytes)", transport_->rank(),
+                     peer_, tag_, capacity_);
 }
 
 void MpiRecvRequest::fail(std::string error) {

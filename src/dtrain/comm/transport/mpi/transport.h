@@ -1,4 +1,6 @@
 // A Transport over an MPI communicator (Open MPI's MPI_Isend/MPI_Irecv): one rank per process.
+// Its errors name processes ("process 0: recv from process 2 ..."): under HybridTransport (threads
+// x processes) a rank of the run is a thread of one of them, numbered process x threads + thread.
 //
 // Wire protocol (request.h has the details). Every message starts with a 24-byte header
 // (WireHeader: the full 64-bit tag, the size, where the payload is) sent on a *control*

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "dtrain/base/env.h"
 #include "dtrain/comm/comm_error.h"
@@ -33,14 +34,28 @@ bool mpi_finalized() {
 void finalize_at_exit() { mpi_finalize(); }
 
 std::chrono::milliseconds start_timeout_override{0};  // guarded by init_mutex()
+std::string start_timeout_source;                     // guarded by init_mutex()
+
+// The deadline without an override: DTRAIN_COMM_TIMEOUT_MS, else 60 s.
+std::chrono::milliseconds environment_timeout() {
+  const std::int64_t ms = env::get_int("DTRAIN_COMM_TIMEOUT_MS", 60000);
+  return std::chrono::milliseconds(ms > 0 ? ms : 60000);
+}
+
+std::string environment_source() {
+  return env::get_int("DTRAIN_COMM_TIMEOUT_MS", 0) > 0
+             ? "DTRAIN_COMM_TIMEOUT_MS"
+             : "the 60-s default (DTRAIN_COMM_TIMEOUT_MS, or dtrain train's "
+               "parallel.comm_timeout_seconds, sets another)";
+}
 
 // MPI_Init waits for every process of the job (Open MPI's PMIx fence): one that never starts (an
 // unreachable host, a wrong path, a crashed launch) leaves the others in it for ever, silently.
 // The watchdog ends this process at the deadline with a line saying so; mpirun then ends the job.
 class InitWatchdog {
  public:
-  explicit InitWatchdog(std::chrono::milliseconds timeout)
-      : thread_([this, timeout] { watch(timeout); }) {}
+  InitWatchdog(std::chrono::milliseconds timeout, std::string source)
+      : source_(std::move(source)), thread_([this, timeout] { watch(timeout); }) {}
   ~InitWatchdog() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -68,10 +83,10 @@ class InitWatchdog {
                  "%.3g s: the %s other process(es) of the job have not all started: a host may be "
                  "unreachable or a process failed to start; check the mpirun host list, that "
                  "dtrain exists at the same path on every host, and mpirun's own messages (the "
-                 "deadline is DTRAIN_COMM_TIMEOUT_MS)\n",
+                 "deadline is %s)\n",
                  rank != nullptr ? rank : "?", size != nullptr ? size : "?", host,
                  static_cast<int>(getpid()), std::chrono::duration<double>(timeout).count(),
-                 others >= 0 ? std::to_string(others).c_str() : "other");
+                 others >= 0 ? std::to_string(others).c_str() : "other", source_.c_str());
     std::fflush(stderr);
     std::_Exit(2);
   }
@@ -79,14 +94,9 @@ class InitWatchdog {
   std::mutex mu_;
   std::condition_variable cv_;
   bool returned_ = false;
+  const std::string source_;
   std::thread thread_;  // last: started once the fields above exist
 };
-
-std::chrono::milliseconds start_timeout() {
-  if (start_timeout_override.count() > 0) return start_timeout_override;
-  const std::int64_t ms = env::get_int("DTRAIN_COMM_TIMEOUT_MS", 60000);
-  return std::chrono::milliseconds(ms > 0 ? ms : 60000);
-}
 
 void ensure_initialised() {
   std::lock_guard<std::mutex> lock(init_mutex());
@@ -99,7 +109,9 @@ void ensure_initialised() {
   MPI_Initialized(&initialised);
   int provided = MPI_THREAD_SINGLE;
   if (initialised == 0) {
-    const InitWatchdog watchdog(start_timeout());
+    const bool overridden = start_timeout_override.count() > 0;
+    const InitWatchdog watchdog(overridden ? start_timeout_override : environment_timeout(),
+                                overridden ? start_timeout_source : environment_source());
     mpi::check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread",
                "mpi transport");
     initialised_here = true;
@@ -116,9 +128,16 @@ void ensure_initialised() {
 
 }  // namespace
 
-void set_mpi_start_timeout(std::chrono::milliseconds timeout) {
+void set_mpi_start_timeout(std::chrono::milliseconds timeout, std::string source) {
   std::lock_guard<std::mutex> lock(init_mutex());
   start_timeout_override = timeout;
+  start_timeout_source = std::move(source);
+}
+
+void set_mpi_start_timeout(std::chrono::milliseconds timeout) {
+  set_mpi_start_timeout(timeout, timeout == environment_timeout()
+                                     ? environment_source()
+                                     : "parallel.comm_timeout_seconds");
 }
 
 bool launched_by_mpirun() {

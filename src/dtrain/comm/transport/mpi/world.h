@@ -9,12 +9,13 @@
 //
 // Start-up watchdog: MPI_Init waits for every process of the job. If it has not returned by the
 // start deadline (set_mpi_start_timeout, else DTRAIN_COMM_TIMEOUT_MS, else 60 s), this process
-// prints one line naming itself (rank, size, host) and the processes that have not all started,
-// and exits with status 2; mpirun then ends the job.
+// prints one line naming itself (rank, size, host), the processes that have not all started and
+// where the deadline came from, and exits with status 2; mpirun then ends the job.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include "dtrain/comm/transport/transport.h"
 
@@ -35,7 +36,13 @@ int launcher_rank();
 // messages left over in one (after a timeout) never reach another.
 std::shared_ptr<Transport> mpi_world_transport();
 
-// The start-up watchdog's deadline for a later first initialisation (0: the default above).
+// The start-up watchdog's deadline for a later first initialisation (0: the default above), and
+// what sets it, named by the watchdog's message: "dtrain check --timeout",
+// "parallel.comm_timeout_seconds".
+void set_mpi_start_timeout(std::chrono::milliseconds timeout, std::string source);
+// The same for the deadline of a run's waits (dtrain train: train::comm_options(config).timeout):
+// named DTRAIN_COMM_TIMEOUT_MS (or the 60-s default) when it is default_comm_timeout()'s value,
+// else parallel.comm_timeout_seconds.
 void set_mpi_start_timeout(std::chrono::milliseconds timeout);
 
 // MPI_COMM_WORLD rank and size (initialise MPI on first use).

@@ -6,10 +6,12 @@
 #            naming the stop; the run then completes.
 #   hup:     SIGHUP to the supervisor is a stop like SIGTERM: the child checkpoints, exit 129.
 #   hup_plain: SIGHUP to a run without supervisor checkpoints too, exit 129.
+#   nohup:   a run started with SIGHUP ignored (nohup) trains on through a SIGHUP.
 #   memory_note: a run that fails says where its memory checkpoint stays and how to remove it.
 #   mpi_stopped: one process of an mpirun job frozen: the other's deadline names it, the job ends.
 #   mpi_supervised: kill -9 of an mpirun process: restarts.jsonl's rank is the dead one (mpirun's
-#            line); SIGTERM to the supervisor then ends it with 143, not mpirun's own 1.
+#            line, which <run>/mpirun.stderr keeps); SIGTERM to the supervisor then ends it with
+#            143, not mpirun's own 1.
 # Each case ends with nothing of its run left running.
 # Usage: bash faults_supervisor_e2e_test.sh /path/to/dtrain   (run by ctest as apps.faults_supervisor_e2e_test)
 set -uo pipefail
@@ -87,7 +89,7 @@ rc=$?
 check stopped '[[ $rc -eq 0 ]]' "the restarted run completes (exit $rc)"
 check stopped 'below $detect 5' "the stop is seen within the deadline + 2 s (${detect} s, deadline 3 s)"
 check stopped \
-  'grep -q "^warn: supervisor: the training process $child was stopped (SIGSTOP) for 3.0 s, past parallel.comm_timeout_seconds = 3: killing it" "$TMP/stopped.err"' \
+  'grep -q "^warn: supervisor: the training process $child was stopped (SIGSTOP) for 3\.[0-9] s, past parallel.comm_timeout_seconds = 3: killing it" "$TMP/stopped.err"' \
   "the supervisor names the stop"
 check stopped \
   'python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).readline()); assert \"was stopped (SIGSTOP)\" in r[\"cause\"] and r[\"ended\"].startswith(\"killed by signal 9\"), r" "$out/restarts.jsonl"' \
@@ -120,6 +122,25 @@ rc=$?
 check hup_plain '[[ $rc -eq 129 ]]' "exit 129, got $rc"
 check hup_plain 'grep -q "warn: stopped by SIGHUP after step .*: checkpoint" "$TMP/hup_plain.err"' \
   "it checkpoints"
+
+# nohup: a run started with SIGHUP ignored (nohup, `trap '' HUP`) trains on through SIGHUPs, to
+# the supervisor and to its child (which inherits the ignored signal).
+out="$TMP/nohup"
+(
+  trap '' HUP
+  exec "$DTRAIN" train "${RUN[@]}" --out "$out" --max-restarts 2
+) 2> "$TMP/nohup.err" &
+supervisor=$!
+wait_for_step "$out"
+child=$(child_of_run "$out" "$supervisor")
+kill -HUP "$supervisor" "$child"
+timeout 60 tail --pid="$supervisor" -f /dev/null
+wait "$supervisor"
+rc=$?
+check nohup '[[ -n $child && $rc -eq 0 ]]' "the run completes (exit $rc)"
+check nohup \
+  '[[ -f "$out/summary.json" && ! -f "$out/restarts.jsonl" ]] && ! grep -q "stopped by SIGHUP" "$TMP/nohup.err" && nothing_left "$out"' \
+  "no stop, no restart, nothing left running"
 
 # memory_note: a run that fails keeps its memory checkpoint for --resume and says where it is.
 out="$TMP/memory_note"
@@ -155,7 +176,8 @@ if command -v mpirun > /dev/null; then
   rc=$?
   sleep 0.5
   check mpi_stopped '[[ -n $victim && $rc -ne 0 ]]' "the job fails (exit $rc)"
-  check mpi_stopped 'below $detect 8' "within the deadline + 5 s (${detect} s, deadline 3 s)"
+  # mpirun's teardown of the job takes its time on a loaded machine: the bound is loose.
+  check mpi_stopped 'below $detect 15' "within the deadline + 12 s (${detect} s, deadline 3 s)"
   # The frozen rank is missing at a header check, or its message (to or from it) is at a transfer.
   check mpi_stopped \
     'grep -Eq "^error: process 0 of 2: .*(missing rank\(s\): 1|to rank 1|from rank 1)" "$TMP/mpi_stopped.err"' \
@@ -186,6 +208,9 @@ if command -v mpirun > /dev/null; then
   check mpi_supervised \
     'python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).readline()); assert r[\"rank\"] == 1 and \"process rank 1\" in r[\"cause\"], r" "$out/restarts.jsonl"' \
     "restarts.jsonl names rank 1, the process that died"
+  check mpi_supervised \
+    'grep -q "^=== dtrain supervisor, .*: attempt 2: mpirun" "$out/mpirun.stderr" && grep -q "process rank 1 .*exited on signal 9" "$out/mpirun.stderr" && grep -q "process rank 1 .*exited on signal 9" "$TMP/mpi_supervised.err"' \
+    "mpirun's stderr is in mpirun.stderr (a header per attempt) and copied to the supervisor's"
   check mpi_supervised '[[ $rc -eq 143 ]]' "SIGTERM: exit 143, got $rc"
   check mpi_supervised 'nothing_left "$out"' "nothing left running"
 else

@@ -19,6 +19,7 @@ namespace dtrain::train {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 
 // A wait status as waitpid reports it.
@@ -210,10 +211,75 @@ TEST_F(SupervisorRun, KillsAndRestartsAChildStoppedPastTheLimit) {
   const auto log = restarts();
   ASSERT_EQ(log.size(), 1u);
   EXPECT_EQ(log[0]["ended"], "killed by signal 9 (SIGKILL)");
-  EXPECT_THAT(
-      log[0]["cause"].get<std::string>(),
-      HasSubstr("was stopped (SIGSTOP) for 0.2 s, past parallel.comm_timeout_seconds = 0.2"));
+  // The time is the one seen at the kill: 0.2 s, or a little more after a late wake.
+  EXPECT_THAT(log[0]["cause"].get<std::string>(),
+              ContainsRegex("was stopped \\(SIGSTOP\\) for [0-9]+\\.[0-9] s, past "
+                            "parallel\\.comm_timeout_seconds = 0\\.2"));
   EXPECT_TRUE(log[0]["rank"].is_null());
+}
+
+// Under a launcher (mpirun) the child's stderr goes to <run>/mpirun.stderr, a header line before
+// each attempt; the cause of a restart is the attempt's first line naming a process that a signal
+// ended (with several killed, the OOM killer's round, the first is the cause), not the last.
+TEST_F(SupervisorRun, ALauncherStderrGoesToAFileAndItsFirstDeathIsTheCause) {
+  const std::string count = (dir_ / "count").string();
+  const std::string script = fmt::format(
+      "echo x >> {0}; if [ $(wc -l < {0}) -le 1 ]; then "
+      "echo 'mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 "
+      "(Killed).' >&2; "
+      "echo 'mpirun noticed that process rank 0 with PID 0 on node vm exited on signal 9 "
+      "(Killed).' >&2; exit 137; fi; echo 'second attempt' >&2; exit 0",
+      count);
+  SupervisorOptions options;
+  options.first_command = {"/bin/sh", "-c", script};
+  options.restart_command = [script](int, int) {
+    return std::vector<std::string>{"/bin/sh", "-c", script};
+  };
+  options.run_dir = dir_.string();
+  options.backoff_seconds = 0.01;
+  options.max_restarts = 1;
+  options.child_is_launcher = true;
+  EXPECT_EQ(supervise(options), 0);
+  const auto log = restarts();
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_THAT(log[0]["cause"].get<std::string>(), HasSubstr("process rank 1 with PID 0"));
+  EXPECT_EQ(log[0]["rank"], 1);
+  std::ifstream in(dir_ / "mpirun.stderr");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_THAT(lines[0], ContainsRegex("^=== dtrain supervisor, .*: attempt 1: /bin/sh -c "));
+  EXPECT_THAT(lines[1], HasSubstr("process rank 1"));
+  EXPECT_THAT(lines[2], HasSubstr("process rank 0"));
+  EXPECT_THAT(lines[3], ContainsRegex("^=== dtrain supervisor, .*: attempt 2: /bin/sh -c "));
+  EXPECT_EQ(lines[4], "second attempt");
+}
+
+// A job-wide pause (Slurm's suspend; `kill -STOP child; kill -STOP supervisor; ...; kill -CONT
+// supervisor child`) is no stop past the limit: the supervisor was stopped too, and the child's
+// stop counts from the supervisor's first look after its own. The child here stops itself, a
+// helper of its stops the supervisor (this test's process) 0.2 s later for 1.6 s and continues
+// both; the child then succeeds. Counted across the pause, its stop (1.8 s) would pass the 1-s
+// limit and be killed and restarted.
+TEST_F(SupervisorRun, AJobWidePauseDoesNotKillTheStoppedChild) {
+  SupervisorOptions options;
+  options.first_command = {
+      "/bin/sh", "-c",
+      "sup=$PPID; me=$$; (kill -STOP $me; sleep 0.2; kill -STOP $sup; sleep 1.6; "
+      "kill -CONT $sup $me) & wait; exit 0"};
+  int restarts_asked = 0;
+  options.restart_command = [&](int, int) {
+    ++restarts_asked;
+    return std::vector<std::string>{"/bin/sh", "-c", "exit 0"};
+  };
+  options.run_dir = dir_.string();
+  options.max_restarts = 1;
+  options.backoff_seconds = 0.01;
+  options.stopped_limit_seconds = 1.0;
+  options.stopped_limit_name = "parallel.comm_timeout_seconds = 1";
+  EXPECT_EQ(supervise(options), 0);
+  EXPECT_EQ(restarts_asked, 0);
+  EXPECT_TRUE(restarts().empty());
 }
 
 }  // namespace

@@ -34,7 +34,13 @@ void install_stop_handlers() {
     std::signal(SIGINT, on_stop_signal);
     // A closed terminal or a dropped ssh session: the run would die without a checkpoint (or, under
     // the supervisor, lose its supervisor and train on unwatched), so it stops as on SIGTERM.
-    std::signal(SIGHUP, on_stop_signal);
+    // Unless the process started with SIGHUP ignored (nohup, `trap '' HUP`): whoever started it
+    // asked it to outlive its terminal, so it stays ignored (and a supervisor's children, which
+    // posix_spawn gives the ignored signals of their parent, keep it ignored too).
+    struct sigaction current {};
+    const bool ignored = sigaction(SIGHUP, nullptr, &current) == 0 &&
+                         (current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_IGN;
+    if (!ignored) std::signal(SIGHUP, on_stop_signal);
     return true;
   }();
   (void)installed;

@@ -8,11 +8,14 @@
 // a shell reports a process killed by it. The handler then restores the default action, so a
 // second signal ends the process at once (a user who presses Ctrl-C twice is not kept waiting).
 // The handler is async-signal-safe: it stores to a lock-free atomic and calls signal().
+//
+// A process that starts with SIGHUP ignored (nohup, `trap '' HUP`) keeps it ignored: it was asked
+// to outlive its terminal, and trains on.
 #pragma once
 
 namespace dtrain {
 
-// Installs the handlers for SIGTERM, SIGINT and SIGHUP; idempotent.
+// Installs the handlers for SIGTERM, SIGINT and SIGHUP (SIGHUP unless it is ignored); idempotent.
 void install_stop_handlers();
 
 // A line (with its newline) that the first SIGINT writes to stderr at once, from the handler, so

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -43,9 +43,12 @@ namespace fs = std::filesystem;
 
 constexpr double kMaxBackoffSeconds = 30.0;
 // How often the supervisor looks at its child (about 0.1% of a core's time spent looking); a death
-// is seen at once (SIGCHLD ends the wait, see child_signal_pipe), this is for the rest (stop
+// is seen at once (SIGCHLD ends the wait, see child_signal_read_fd), this is for the rest (stop
 // requests, upkeep).
 constexpr auto kPoll = std::chrono::milliseconds(10);
+// A wait between two looks that lasted this long (a hundred polls) means the supervisor was not
+// running: stopped (SIGSTOP, a job-wide suspend) or kept off the CPU that long (wait_child).
+constexpr auto kPausedGap = std::chrono::seconds(1);
 
 // The fd a standby reads its activation from (standby.h): the pipe's read end, dup2-ed here; a
 // fork server's template reads its requests there and writes its workers' pids to the next one.
@@ -211,22 +214,30 @@ void dismiss(ForkServer& server) {
 }
 
 // The self-pipe of SIGCHLD: its handler writes a byte, which ends wait_child's poll at once
-// whenever the child died after its last look (made once per process, non-blocking, close-on-exec).
-const int* child_signal_pipe() {
-  static const std::array<int, 2> fds = [] {
-    std::array<int, 2> made{-1, -1};
-    if (pipe2(made.data(), O_CLOEXEC | O_NONBLOCK) != 0) {
-      throw InternalError(fmt::format("supervisor: pipe2 failed: {}", std::strerror(errno)));
-    }
-    return made;
-  }();
-  return fds.data();
+// whenever the child died after its last look (made once per process by make_child_signal_pipe,
+// before the handler is installed; non-blocking, close-on-exec). The handler reads the write end
+// from a lock-free atomic, nothing else.
+int child_signal_read_fd = -1;
+std::atomic<int> child_signal_write_fd{-1};
+static_assert(std::atomic<int>::is_always_lock_free, "the SIGCHLD handler needs a lock-free fd");
+
+void make_child_signal_pipe() {
+  if (child_signal_read_fd >= 0) return;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    throw InternalError(fmt::format("supervisor: pipe2 failed: {}", std::strerror(errno)));
+  }
+  child_signal_read_fd = fds[0];
+  child_signal_write_fd.store(fds[1]);
 }
 
 void on_child_signal(int) {
   const int saved = errno;
+  const int fd = child_signal_write_fd.load(std::memory_order_relaxed);
   const char byte = 'c';
-  [[maybe_unused]] const ssize_t written = write(child_signal_pipe()[1], &byte, 1);  // full: fine
+  if (fd >= 0) {
+    [[maybe_unused]] const ssize_t written = write(fd, &byte, 1);  // full: fine
+  }
   errno = saved;
 }
 
@@ -243,6 +254,12 @@ struct StoppedKill {
 // look (the warm standby's upkeep). `stopped_limit` > 0: a child that stays stopped that long is
 // killed (SIGKILL) and `stopped` says so: its ranks are threads of that one process, so no
 // deadline of theirs can fire while it is stopped, and nothing else would ever end the wait.
+// The stop is timed over the supervisor's own normal looks only: when far more than a poll
+// (kPausedGap) passed since the last look, the supervisor itself was not running (stopped with its
+// child by a job-wide suspend: Slurm's, a script that stops and continues the job's pids), and the
+// child's stop starts over from that look (it is continued with the supervisor, or it is caught a
+// limit later). Only the wait between looks counts: a pause during the upkeep or a grow probe (a
+// few milliseconds; a probe may take seconds) is taken for the supervisor's work.
 int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, bool& growing,
                const std::function<void()>& upkeep, double stopped_limit,
                const std::string& stopped_limit_name, StoppedKill& stopped) {
@@ -253,7 +270,10 @@ int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, boo
   const int flags = WNOHANG | (stopped_limit > 0 ? WUNTRACED | WCONTINUED : 0);
   std::optional<Stopwatch> stopped_for;  // set while the child is stopped
   int stop_signal = 0;
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point waiting_since = Clock::now();  // the start of the wait since the last look
   for (;;) {
+    const Clock::duration waited = Clock::now() - waiting_since;
     if (upkeep) upkeep();
     if (!growing && forwarded == 0 && grow && grow()) {
       growing = true;
@@ -274,6 +294,13 @@ int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, boo
     if (done < 0 && errno != EINTR) {
       throw InternalError(fmt::format("waitpid({}) failed: {}", pid, std::strerror(errno)));
     }
+    if (stopped_for && !stopped.killed && waited > kPausedGap) {
+      log::info(
+          "supervisor: it was not running itself for {:.1f} s (stopped with its child?): the "
+          "training process {} counts as stopped from now",
+          std::chrono::duration<double>(waited).count(), pid);
+      stopped_for.emplace();
+    }
     if (stopped_for && !stopped.killed && stopped_for->seconds() >= stopped_limit) {
       const char* name = sigabbrev_np(stop_signal);
       stopped.cause =
@@ -289,7 +316,8 @@ int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, boo
     }
     // Up to kPoll, or until a SIGCHLD's byte is in the pipe: one that came since the waitpid
     // above is seen at once too (a sleep that a signal interrupts would miss it and sleep on).
-    pollfd wake{child_signal_pipe()[0], POLLIN, 0};
+    pollfd wake{child_signal_read_fd, POLLIN, 0};
+    waiting_since = Clock::now();
     poll(&wake, 1, static_cast<int>(kPoll.count()));
     char drained[64];
     while (read(wake.fd, drained, sizeof(drained)) > 0) {
@@ -297,22 +325,24 @@ int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, boo
   }
 }
 
-// The stderr of a launcher child (mpirun), passed through to the supervisor's own: mpirun names the
-// process that died ("mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9
-// (Killed).") there alone, not in the file of `error:` lines the ranks write.
+// The stderr of a launcher child (mpirun): mpirun names the process that died ("mpirun noticed
+// that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).") there alone, not in the
+// file of `error:` lines the ranks write. It goes to a file of the run folder, <run>/mpirun.stderr
+// (appended, a header line before each attempt), not through a pipe: a supervisor killed during
+// the run (kill -9) loses none of what the job writes after it, and nothing mpirun's processes
+// write after mpirun ended is cut off. The supervisor copies the file's new bytes to its own stderr
+// at each look, and reads mpirun's line there.
 class LauncherStderr {
  public:
-  LauncherStderr() {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-      throw Error(fmt::format("supervisor: cannot make the pipe of mpirun's stderr: {}",
+  explicit LauncherStderr(std::string path) : path_(std::move(path)) {
+    // Read from the end the file has now: what an earlier supervisor's attempts wrote is not
+    // shown again.
+    read_fd_ = open(path_.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (read_fd_ < 0) {
+      throw Error(fmt::format("supervisor: cannot open {} for mpirun's stderr: {}", path_,
                               std::strerror(errno)));
     }
-    read_fd_ = fds[0];
-    write_fd_ = fds[1];
-    fcntl(read_fd_, F_SETFL, O_NONBLOCK);
-    // Room for a burst of output while the supervisor looks elsewhere (a grow probe's wait).
-    fcntl(write_fd_, F_SETPIPE_SZ, 1 << 20);
+    lseek(read_fd_, 0, SEEK_END);
   }
   ~LauncherStderr() {
     close(read_fd_);
@@ -321,29 +351,61 @@ class LauncherStderr {
   LauncherStderr(const LauncherStderr&) = delete;
   LauncherStderr& operator=(const LauncherStderr&) = delete;
 
-  int child_end() const { return write_fd_; }
-  // After the start: only the child holds the write end.
+  // Before an attempt starts: copies what the last one's processes wrote since its end, writes
+  // `header` (a line) to the file, and returns the fd the child gets as its stderr (append-only).
+  int begin_attempt(const std::string& header) {
+    pump();
+    death_.clear();
+    partial_.clear();
+    if (write_fd_ >= 0) close(write_fd_);  // an attempt that did not start
+    write_fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (write_fd_ < 0) {
+      throw Error(fmt::format("supervisor: cannot open {} for mpirun's stderr: {}", path_,
+                              std::strerror(errno)));
+    }
+    // The header is the file's alone: the copy to stderr starts after it.
+    if (write(write_fd_, header.data(), header.size()) == static_cast<ssize_t>(header.size())) {
+      const off_t after = lseek(write_fd_, 0, SEEK_CUR);  // O_APPEND: the end of this write
+      if (after >= 0) skip_until_ = after;
+    }
+    return write_fd_;
+  }
+  // After the start: only the child holds its stderr.
   void started() {
     close(write_fd_);
     write_fd_ = -1;
   }
-  // Copies what the child wrote so far to stderr; does not block.
+  // Copies what the child wrote to the file since the last call to stderr, and keeps the first
+  // line of this attempt that names a process a signal ended; does not block.
   void pump() {
     char buffer[16384];
     ssize_t got = 0;
-    while ((got = read(read_fd_, buffer, sizeof(buffer))) > 0) {
-      for (ssize_t done = 0; done < got;) {
-        const ssize_t wrote =
-            write(STDERR_FILENO, buffer + done, static_cast<std::size_t>(got - done));
-        if (wrote < 0 && errno == EINTR) continue;
-        if (wrote <= 0) break;  // no terminal left (SIGHUP): the text is dropped
-        done += wrote;
+    for (;;) {
+      const off_t at = lseek(read_fd_, 0, SEEK_CUR);
+      got = read(read_fd_, buffer, sizeof(buffer));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;
+      const char* data = buffer;
+      std::size_t size = static_cast<std::size_t>(got);
+      if (at >= 0 && at < skip_until_) {
+        // The header (and what a process left behind appended in the instant between the pump
+        // above and it: in the file only).
+        const std::size_t skip = std::min(size, static_cast<std::size_t>(skip_until_ - at));
+        data += skip;
+        size -= skip;
       }
-      partial_.append(buffer, static_cast<std::size_t>(got));
+      for (std::size_t done = 0; done < size;) {
+        const ssize_t wrote = write(STDERR_FILENO, data + done, size - done);
+        if (wrote < 0 && errno == EINTR) continue;
+        if (wrote <= 0) break;  // no terminal left (SIGHUP): the text stays in the file alone
+        done += static_cast<std::size_t>(wrote);
+      }
+      partial_.append(data, size);
       std::size_t newline = 0;
       while ((newline = partial_.find('\n')) != std::string::npos) {
         const std::string_view line(partial_.data(), newline);
-        if (line.find("process rank ") != std::string_view::npos &&
+        // The first: with several processes killed (the OOM killer's round), it is the cause.
+        if (death_.empty() && line.find("process rank ") != std::string_view::npos &&
             line.find("exited on signal") != std::string_view::npos) {
           death_ = std::string(line);
         }
@@ -352,12 +414,14 @@ class LauncherStderr {
       if (partial_.size() > 4096) partial_.clear();  // no line of mpirun's is that long
     }
   }
-  // mpirun's line naming the process that a signal ended, or "".
+  // This attempt's first line of mpirun's naming a process that a signal ended, or "".
   const std::string& death() const { return death_; }
 
  private:
+  std::string path_;
   int read_fd_ = -1;
   int write_fd_ = -1;
+  off_t skip_until_ = 0;  // the end of the last header: bytes before it are not copied again
   std::string partial_;
   std::string death_;
 };
@@ -563,7 +627,7 @@ int supervise(const SupervisorOptions& options) {
   const DismissOnExit<ForkServer> server_dismisser{server};
   bool server_failed = false;  // a template that ended by itself is not started again
   // A death ends the wait at once (wait_child); SA_RESTART keeps other calls going.
-  child_signal_pipe();  // made before the handler can run (a static's first use is not signal safe)
+  make_child_signal_pipe();  // before the handler can run
   struct sigaction on_child {};
   on_child.sa_handler = on_child_signal;
   on_child.sa_flags = SA_RESTART | SA_NOCLDSTOP;
@@ -573,6 +637,11 @@ int supervise(const SupervisorOptions& options) {
   // process adopts them (a child subreaper), so that it waits for them as for any child.
   if (options.fork_server) prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
   const fs::path resolved = fs::path(options.run_dir) / "resolved.toml";
+  // Under a launcher (mpirun): its stderr, in <run>/mpirun.stderr, copied to this one's.
+  std::optional<LauncherStderr> launcher_stderr;
+  if (options.child_is_launcher) {
+    launcher_stderr.emplace((fs::path(options.run_dir) / "mpirun.stderr").string());
+  }
   for (int restart = 0;; ++restart) {
     const int launch = restart + grows;  // restarts so far, of either kind
     const std::optional<FileIdentity> summary_before =
@@ -583,12 +652,13 @@ int supervise(const SupervisorOptions& options) {
       attempt_errors = error_file;
       fs::remove(attempt_errors, ec);
     }
-    std::optional<LauncherStderr> launcher_stderr;
-    if (options.child_is_launcher) launcher_stderr.emplace();
-    const pid_t pid = activated >= 0
-                          ? activated
-                          : start_child(command, attempt_errors, {}, {},
-                                        launcher_stderr ? launcher_stderr->child_end() : -1);
+    const int child_stderr = launcher_stderr
+                                 ? launcher_stderr->begin_attempt(fmt::format(
+                                       "=== dtrain supervisor, {}: attempt {}: {}\n", now_iso8601(),
+                                       launch + 1, fmt::join(command, " ")))
+                                 : -1;
+    const pid_t pid =
+        activated >= 0 ? activated : start_child(command, attempt_errors, {}, {}, child_stderr);
     if (launcher_stderr) launcher_stderr->started();
     activated = -1;
     int forwarded = 0;
@@ -703,8 +773,8 @@ int supervise(const SupervisorOptions& options) {
     const int status =
         wait_child(pid, forwarded, grow, growing, upkeep, options.stopped_limit_seconds,
                    options.stopped_limit_name, stopped);
-    // What mpirun wrote before it ended is in the pipe now (EOF is not waited for: a process it
-    // left behind may hold the pipe open).
+    // What mpirun wrote before it ended is in the file now: copied to its end (what a process it
+    // left behind writes later is copied before the next attempt, and stays in the file).
     if (launcher_stderr) launcher_stderr->pump();
     const std::string launcher_death = launcher_stderr ? launcher_stderr->death() : "";
     timeline_mark(fmt::format("supervisor saw the end of pid {}", pid));

@@ -279,13 +279,15 @@ assert abs(a["final_train_loss"] / b["final_train_loss"] - 1) < 1e-6, (a["final_
 PY
 echo "ok: a checkpoint of 2 ranks resumes on 1 and follows the 1-rank run"
 
-# Killed before its first checkpoint: --resume trains it from the beginning.
+# Killed before its first checkpoint: --resume trains it from the beginning. (Its steps sleep 5 ms,
+# about 3.5 s in all, so that an idle machine does not finish the run before the kill.)
 mkdir -p "$TMP/early"
 "$DTRAIN" train "${RUN[@]}" --out "$TMP/early" --set train.checkpoint_every_steps=0 \
-  --set train.checkpoint_every=0 &
+  --set train.checkpoint_every=0 --straggler rank=0,delay_ms=5 &
 pid=$!
 sleep 1.5
-kill -9 "$pid"; wait "$pid" 2> /dev/null || true
+kill -9 "$pid" 2> /dev/null || true
+wait "$pid" 2> /dev/null || true
 if [[ -f "$TMP/early/resolved.toml" && ! -d "$TMP/early/checkpoints" ]]; then
   "$DTRAIN" train --resume "$TMP/early" --quiet 2> "$TMP/early.err"
   grep -q "holds no checkpoint yet" "$TMP/early.err" || fail "no 'holds no checkpoint yet' line"

@@ -57,6 +57,9 @@ TEST(Supervisor, FindsTheRankAnErrorNames) {
   EXPECT_EQ(rank_named_in("error: process 1 of 2: rank 1: recv from rank 0 (tag 0x3, 8 bytes) "
                           "did not complete before its deadline"),
             0);
+  EXPECT_EQ(rank_named_in("error: process 0 of 2: process 0: send to process 1 (tag 0x12, 538644 "
+                          "bytes) did not complete before its deadline"),
+            1);
   EXPECT_EQ(rank_named_in("mpirun noticed that process rank 1 with PID 0 on node vm exited on "
                           "signal 9 (Killed)."),
             1);

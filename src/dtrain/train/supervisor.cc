@@ -533,8 +533,10 @@ int rank_named_in(const std::string& error_line) {
   };
   // The rank that is gone, where the line names one, before the rank that reported it: a barrier's
   // "missing rank(s): 1", mpirun's "process rank 1 ... exited on signal 9", a wait for a peer
-  // ("rank 0: recv from rank 1 ... did not complete before its deadline").
-  const int gone = number_after({"missing rank(s): ", "process rank ", "from rank ", "to rank "});
+  // ("rank 0: recv from rank 1 ... did not complete before its deadline"; the MPI transport says
+  // "process 0: recv from process 1").
+  const int gone = number_after({"missing rank(s): ", "process rank ", "from rank ", "to rank ",
+                                 "from process ", "to process "});
   if (gone >= 0) return gone;
   return number_after({"process ", "rank "});
 }

@@ -268,9 +268,15 @@ int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, boo
   stopped = StoppedKill{};
   // WUNTRACED / WCONTINUED report the child's stops and continues (once each) besides its end.
   const int flags = WNOHANG | (stopped_limit > 0 ? WUNTRACED | WCONTINUED : 0);
-  std::optional<Stopwatch> stopped_for;  // set while the child is stopped
-  int stop_signal = 0;
   using Clock = std::chrono::steady_clock;
+  // While the child is stopped: since when (a plain flag and time point, not an optional
+  // Stopwatch, which GCC 12 at -O1 takes for maybe uninitialized).
+  bool is_stopped = false;
+  Clock::time_point stopped_since{};
+  const auto stopped_seconds = [&] {
+    return std::chrono::duration<double>(Clock::now() - stopped_since).count();
+  };
+  int stop_signal = 0;
   Clock::time_point waiting_since = Clock::now();  // the start of the wait since the last look
   for (;;) {
     const Clock::duration waited = Clock::now() - waiting_since;
@@ -283,10 +289,11 @@ int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, boo
     const pid_t done = waitpid(pid, &status, flags);
     if (done == pid) {
       if (WIFSTOPPED(status)) {
-        stopped_for.emplace();
+        is_stopped = true;
+        stopped_since = Clock::now();
         stop_signal = WSTOPSIG(status);
       } else if (WIFCONTINUED(status)) {
-        stopped_for.reset();
+        is_stopped = false;
       } else {
         return status;
       }
@@ -294,18 +301,18 @@ int wait_child(pid_t pid, int& forwarded, const std::function<bool()>& grow, boo
     if (done < 0 && errno != EINTR) {
       throw InternalError(fmt::format("waitpid({}) failed: {}", pid, std::strerror(errno)));
     }
-    if (stopped_for && !stopped.killed && waited > kPausedGap) {
+    if (is_stopped && !stopped.killed && waited > kPausedGap) {
       log::info(
           "supervisor: it was not running itself for {:.1f} s (stopped with its child?): the "
           "training process {} counts as stopped from now",
           std::chrono::duration<double>(waited).count(), pid);
-      stopped_for.emplace();
+      stopped_since = Clock::now();
     }
-    if (stopped_for && !stopped.killed && stopped_for->seconds() >= stopped_limit) {
+    if (is_stopped && !stopped.killed && stopped_seconds() >= stopped_limit) {
       const char* name = sigabbrev_np(stop_signal);
       stopped.cause =
           fmt::format("the training process {} was stopped (SIG{}) for {:.1f} s, past {}", pid,
-                      name != nullptr ? name : "?", stopped_for->seconds(), stopped_limit_name);
+                      name != nullptr ? name : "?", stopped_seconds(), stopped_limit_name);
       stopped.killed = true;
       log::warn("supervisor: {}: killing it (SIGKILL)", stopped.cause);
       kill(pid, SIGKILL);  // ends a stopped process too; its end is reaped above

@@ -96,29 +96,30 @@ check stopped \
   "restarts.jsonl names the stop"
 check stopped '[[ -f "$out/summary.json" ]] && nothing_left "$out"' "summary.json, nothing left running"
 
+# A run into $TMP/NAME (dtrain train ARGS...), its stderr in $TMP/NAME.err, sent SIGHUP after its
+# first step; sets rc to its exit status.
+hup_run() {
+  local name=$1 pid
+  shift
+  out="$TMP/$name"
+  "$DTRAIN" train "${RUN[@]}" --out "$out" "$@" 2> "$TMP/$name.err" &
+  pid=$!
+  wait_for_step "$out"
+  kill -HUP "$pid"
+  timeout 60 tail --pid="$pid" -f /dev/null
+  wait "$pid"
+  rc=$?
+}
+
 # hup: SIGHUP to the supervisor (a closed terminal) stops the run as SIGTERM would.
-out="$TMP/hup"
-"$DTRAIN" train "${RUN[@]}" --out "$out" --max-restarts 2 2> "$TMP/hup.err" &
-supervisor=$!
-wait_for_step "$out"
-kill -HUP "$supervisor"
-timeout 60 tail --pid="$supervisor" -f /dev/null
-wait "$supervisor"
-rc=$?
+hup_run hup --max-restarts 2
 check hup '[[ $rc -eq 129 ]]' "exit 129 (128 + SIGHUP), got $rc"
 check hup 'grep -q "warn: stopped by SIGHUP after step .*: checkpoint .*continue with" "$TMP/hup.err"' \
   "the child checkpoints and says how to continue"
 check hup '[[ ! -f "$out/restarts.jsonl" ]] && nothing_left "$out"' "no restart, nothing left running"
 
 # hup_plain: without a supervisor too, SIGHUP stops the run with a checkpoint.
-out="$TMP/hup_plain"
-"$DTRAIN" train "${RUN[@]}" --out "$out" 2> "$TMP/hup_plain.err" &
-run=$!
-wait_for_step "$out"
-kill -HUP "$run"
-timeout 60 tail --pid="$run" -f /dev/null
-wait "$run"
-rc=$?
+hup_run hup_plain
 check hup_plain '[[ $rc -eq 129 ]]' "exit 129, got $rc"
 check hup_plain 'grep -q "warn: stopped by SIGHUP after step .*: checkpoint" "$TMP/hup_plain.err"' \
   "it checkpoints"

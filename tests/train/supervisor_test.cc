@@ -123,6 +123,24 @@ class SupervisorRun : public ::testing::Test {
     return out;
   }
 
+  // A shell child running `script` (one that stops itself) first, a child that succeeds at once on
+  // every restart (counted in `restarts_asked`), a stop limit of `limit` seconds named `name`.
+  SupervisorOptions stopping_child(const std::string& script, double limit, const std::string& name,
+                                   int& restarts_asked) const {
+    SupervisorOptions options;
+    options.first_command = {"/bin/sh", "-c", script};
+    options.restart_command = [&restarts_asked](int, int) {
+      ++restarts_asked;
+      return std::vector<std::string>{"/bin/sh", "-c", "exit 0"};
+    };
+    options.run_dir = dir_.string();
+    options.max_restarts = 1;
+    options.backoff_seconds = 0.01;
+    options.stopped_limit_seconds = limit;
+    options.stopped_limit_name = name;
+    return options;
+  }
+
   // A shell child: fails with `code` (after writing `error` to the supervisor's error file) while
   // the count file holds fewer than `failures` lines, then succeeds.
   SupervisorOptions failing_child(int failures, int code, const std::string& error) const {
@@ -198,16 +216,9 @@ TEST_F(SupervisorRun, GrowsTheJobBackByStoppingTheChild) {
 // A child that stops itself (SIGSTOP) stays stopped: the supervisor kills it past
 // stopped_limit_seconds, names the stop as the cause, and the restart succeeds.
 TEST_F(SupervisorRun, KillsAndRestartsAChildStoppedPastTheLimit) {
-  SupervisorOptions options;
-  options.first_command = {"/bin/sh", "-c", "kill -STOP $$; exit 0"};
-  options.restart_command = [](int, int) {
-    return std::vector<std::string>{"/bin/sh", "-c", "exit 0"};
-  };
-  options.run_dir = dir_.string();
-  options.max_restarts = 1;
-  options.backoff_seconds = 0.01;
-  options.stopped_limit_seconds = 0.2;
-  options.stopped_limit_name = "parallel.comm_timeout_seconds = 0.2";
+  int restarts_asked = 0;
+  const SupervisorOptions options = stopping_child(
+      "kill -STOP $$; exit 0", 0.2, "parallel.comm_timeout_seconds = 0.2", restarts_asked);
   Stopwatch clock;
   EXPECT_EQ(supervise(options), 0);
   EXPECT_LT(clock.seconds(), 5.0);
@@ -265,21 +276,11 @@ TEST_F(SupervisorRun, ALauncherStderrGoesToAFileAndItsFirstDeathIsTheCause) {
 // both; the child then succeeds. Counted across the pause, its stop (1.8 s) would pass the 1-s
 // limit and be killed and restarted.
 TEST_F(SupervisorRun, AJobWidePauseDoesNotKillTheStoppedChild) {
-  SupervisorOptions options;
-  options.first_command = {
-      "/bin/sh", "-c",
-      "sup=$PPID; me=$$; (kill -STOP $me; sleep 0.2; kill -STOP $sup; sleep 1.6; "
-      "kill -CONT $sup $me) & wait; exit 0"};
   int restarts_asked = 0;
-  options.restart_command = [&](int, int) {
-    ++restarts_asked;
-    return std::vector<std::string>{"/bin/sh", "-c", "exit 0"};
-  };
-  options.run_dir = dir_.string();
-  options.max_restarts = 1;
-  options.backoff_seconds = 0.01;
-  options.stopped_limit_seconds = 1.0;
-  options.stopped_limit_name = "parallel.comm_timeout_seconds = 1";
+  const SupervisorOptions options = stopping_child(
+      "sup=$PPID; me=$$; (kill -STOP $me; sleep 0.2; kill -STOP $sup; sleep 1.6; "
+      "kill -CONT $sup $me) & wait; exit 0",
+      1.0, "parallel.comm_timeout_seconds = 1", restarts_asked);
   EXPECT_EQ(supervise(options), 0);
   EXPECT_EQ(restarts_asked, 0);
   EXPECT_TRUE(restarts().empty());
